@@ -1,0 +1,10 @@
+//! floe: stream JSON message batches into Apache Iceberg tables.
+//!
+//! The pipeline, one module per stage: [`shred`] turns JSON into Arrow, `write` turns
+//! Arrow into Parquet data files, `commit` produces snapshots, `catalog` publishes them.
+
+pub mod config;
+pub mod error;
+pub mod shred;
+
+pub use error::{Error, ErrorKind, Result};

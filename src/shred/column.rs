@@ -1,0 +1,765 @@
+//! Column buffers that JSON values are decoded into, one per Iceberg field.
+//!
+//! Buffers are plain `Vec`s so that a message which fails half-way can be rolled back by
+//! truncating every column to the row count before it ([`Column::truncate`]); Arrow
+//! builders offer no such undo. `finish` hands the vectors to Arrow without copying.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::types::{
+    Date32Type, Decimal128Type, Float32Type, Float64Type, Int32Type, Int64Type,
+    Time64MicrosecondType, TimestampMicrosecondType,
+};
+use arrow_array::{
+    ArrayRef, BooleanArray, FixedSizeBinaryArray, LargeBinaryArray, ListArray, MapArray,
+    PrimitiveArray, StringArray, StructArray,
+};
+use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, FieldRef, Fields};
+use iceberg::spec::{NestedField, PrimitiveType, Type};
+
+use super::convert::{self, EpochUnit};
+use super::json::{Peek, Reader, SyntaxError};
+
+/// What went wrong in one message, before the message index is attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueError {
+    Syntax(SyntaxError),
+    Field { path: String, reason: String },
+}
+
+impl From<SyntaxError> for ValueError {
+    fn from(e: SyntaxError) -> Self {
+        ValueError::Syntax(e)
+    }
+}
+
+/// Options fixed when the decoders are built, never checked per value.
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeOptions {
+    pub epoch_unit: EpochUnit,
+    pub case_sensitive: bool,
+}
+
+/// One JSON scalar as the reader saw it.
+enum Token<'a> {
+    Number(&'a str),
+    String(&'a str),
+    Bool(bool),
+}
+
+impl Token<'_> {
+    fn describe(&self) -> &'static str {
+        match self {
+            Token::Number(_) => "a number",
+            Token::String(_) => "a string",
+            Token::Bool(_) => "a boolean",
+        }
+    }
+}
+
+enum Data {
+    Bool(BooleanBufferBuilder),
+    Int(Vec<i32>),
+    Date(Vec<i32>),
+    Long(Vec<i64>),
+    Time(Vec<i64>),
+    Timestamp {
+        values: Vec<i64>,
+        zone: bool,
+    },
+    Float(Vec<f32>),
+    Double(Vec<f64>),
+    Decimal {
+        values: Vec<i128>,
+        precision: u32,
+        scale: u32,
+    },
+    String {
+        offsets: Vec<i32>,
+        bytes: Vec<u8>,
+    },
+    Binary {
+        offsets: Vec<i64>,
+        bytes: Vec<u8>,
+    },
+    Fixed {
+        width: usize,
+        bytes: Vec<u8>,
+        uuid: bool,
+    },
+    Struct(StructData),
+    List {
+        offsets: Vec<i32>,
+        element: Box<Column>,
+    },
+    Map {
+        offsets: Vec<i32>,
+        key: Box<Column>,
+        value: Box<Column>,
+    },
+}
+
+struct StructData {
+    children: Vec<Column>,
+    /// Child index by name (lower-cased when matching is case-insensitive).
+    by_name: HashMap<String, usize>,
+    /// `seen[i] == stamp` when child `i` was set in the object being decoded.
+    seen: Vec<u64>,
+    stamp: u64,
+    case_sensitive: bool,
+}
+
+/// Decoder and buffer for one field (and, through its children, everything under it).
+pub struct Column {
+    path: String,
+    required: bool,
+    arrow: FieldRef,
+    validity: BooleanBufferBuilder,
+    nulls: usize,
+    len: usize,
+    epoch_unit: EpochUnit,
+    data: Data,
+}
+
+impl Column {
+    /// Builds the decoder for an Iceberg field whose Arrow form is `arrow`.
+    pub fn new(field: &NestedField, arrow: &FieldRef, parent: &str, opts: DecodeOptions) -> Self {
+        let path = if parent.is_empty() {
+            field.name.clone()
+        } else {
+            format!("{parent}.{}", field.name)
+        };
+        let data = Self::make_data(&field.field_type, arrow.data_type(), &path, opts);
+        Column {
+            path,
+            required: field.required,
+            arrow: arrow.clone(),
+            validity: BooleanBufferBuilder::new(0),
+            nulls: 0,
+            len: 0,
+            epoch_unit: opts.epoch_unit,
+            data,
+        }
+    }
+
+    fn make_data(ty: &Type, arrow: &DataType, path: &str, opts: DecodeOptions) -> Data {
+        match (ty, arrow) {
+            (Type::Primitive(p), _) => Self::make_primitive(p),
+            (Type::Struct(s), DataType::Struct(fields)) => {
+                Data::Struct(StructData::new(s.fields(), fields, path, opts))
+            }
+            (Type::List(l), DataType::List(element)) => Data::List {
+                offsets: vec![0],
+                element: Box::new(Column::new(&l.element_field, element, path, opts)),
+            },
+            (Type::Map(m), DataType::Map(entries, _)) => {
+                let DataType::Struct(kv) = entries.data_type() else {
+                    unreachable!("iceberg maps convert to Arrow maps of structs")
+                };
+                Data::Map {
+                    offsets: vec![0],
+                    key: Box::new(Column::new(&m.key_field, &kv[0], path, opts)),
+                    value: Box::new(Column::new(&m.value_field, &kv[1], path, opts)),
+                }
+            }
+            _ => unreachable!("iceberg and Arrow schemas disagree at {path}"),
+        }
+    }
+
+    fn make_primitive(p: &PrimitiveType) -> Data {
+        match p {
+            PrimitiveType::Boolean => Data::Bool(BooleanBufferBuilder::new(0)),
+            PrimitiveType::Int => Data::Int(Vec::new()),
+            PrimitiveType::Long => Data::Long(Vec::new()),
+            PrimitiveType::Float => Data::Float(Vec::new()),
+            PrimitiveType::Double => Data::Double(Vec::new()),
+            PrimitiveType::Decimal { precision, scale } => Data::Decimal {
+                values: Vec::new(),
+                precision: *precision,
+                scale: *scale,
+            },
+            PrimitiveType::Date => Data::Date(Vec::new()),
+            PrimitiveType::Time => Data::Time(Vec::new()),
+            PrimitiveType::Timestamp | PrimitiveType::TimestampNs => Data::Timestamp {
+                values: Vec::new(),
+                zone: false,
+            },
+            PrimitiveType::Timestamptz | PrimitiveType::TimestamptzNs => Data::Timestamp {
+                values: Vec::new(),
+                zone: true,
+            },
+            PrimitiveType::String => Data::String {
+                offsets: vec![0],
+                bytes: Vec::new(),
+            },
+            PrimitiveType::Uuid => Data::Fixed {
+                width: 16,
+                bytes: Vec::new(),
+                uuid: true,
+            },
+            PrimitiveType::Fixed(width) => Data::Fixed {
+                width: *width as usize,
+                bytes: Vec::new(),
+                uuid: false,
+            },
+            PrimitiveType::Binary => Data::Binary {
+                offsets: vec![0],
+                bytes: Vec::new(),
+            },
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    fn field_error(&self, reason: impl Into<String>) -> ValueError {
+        ValueError::Field {
+            path: self.path.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Reads one JSON value (which may be `null`) and appends it as one slot.
+    pub fn decode(&mut self, r: &mut Reader<'_>) -> Result<(), ValueError> {
+        let peek = r.peek()?;
+        match (peek, &mut self.data) {
+            (Peek::Null, _) => {
+                r.read_null()?;
+                if self.required {
+                    return Err(self.field_error("required field is null"));
+                }
+                self.push_null();
+                Ok(())
+            }
+            (Peek::Object, Data::Struct(_)) => {
+                self.decode_struct(r)?;
+                self.push_valid();
+                Ok(())
+            }
+            (Peek::Array, Data::List { .. }) => {
+                self.decode_list(r)?;
+                self.push_valid();
+                Ok(())
+            }
+            (Peek::Object, Data::Map { .. }) => {
+                self.decode_map(r)?;
+                self.push_valid();
+                Ok(())
+            }
+            (Peek::Number, _) => {
+                let text = r.read_number()?;
+                self.push_scalar(Token::Number(text))
+            }
+            (Peek::String, _) => {
+                let text = r.read_string()?;
+                // `text` borrows the reader; copy-free for the common unescaped case.
+                let token = Token::String(text);
+                self.push_scalar(token)
+            }
+            (Peek::Bool, _) => {
+                let b = r.read_bool()?;
+                self.push_scalar(Token::Bool(b))
+            }
+            (Peek::Object | Peek::Array, _) => Err(self.field_error(format!(
+                "expected {}, got {}",
+                self.expected(),
+                peek.describe()
+            ))),
+        }
+    }
+
+    /// Describes the JSON this column accepts, for error messages.
+    fn expected(&self) -> String {
+        match &self.data {
+            Data::Bool(_) => "a boolean".into(),
+            Data::Int(_) => "an int".into(),
+            Data::Long(_) => "a long".into(),
+            Data::Float(_) => "a float".into(),
+            Data::Double(_) => "a double".into(),
+            Data::Decimal {
+                precision, scale, ..
+            } => format!("a decimal({precision}, {scale})"),
+            Data::Date(_) => "a date (YYYY-MM-DD string or epoch days)".into(),
+            Data::Time(_) => "a time (HH:MM:SS string or microseconds)".into(),
+            Data::Timestamp { .. } => "a timestamp (RFC 3339 string or epoch number)".into(),
+            Data::String { .. } => "a string".into(),
+            Data::Binary { .. } => "a base64 string".into(),
+            Data::Fixed { uuid: true, .. } => "a UUID string".into(),
+            Data::Fixed { width, .. } => format!("a base64 string of {width} bytes"),
+            Data::Struct(_) => "an object".into(),
+            Data::List { .. } => "an array".into(),
+            Data::Map { .. } => "an object (map)".into(),
+        }
+    }
+
+    fn push_valid(&mut self) {
+        self.validity.append(true);
+        self.len += 1;
+    }
+
+    /// Appends a null slot. Required columns under a null parent get a valid default
+    /// instead, so a non-nullable Arrow child never holds nulls.
+    fn push_null(&mut self) {
+        self.push_placeholder();
+        if self.required {
+            self.validity.append(true);
+        } else {
+            self.validity.append(false);
+            self.nulls += 1;
+        }
+        self.len += 1;
+    }
+
+    /// Appends the value bytes of an empty slot (zero, empty string, empty list).
+    fn push_placeholder(&mut self) {
+        match &mut self.data {
+            Data::Bool(b) => b.append(false),
+            Data::Int(v) | Data::Date(v) => v.push(0),
+            Data::Long(v) | Data::Time(v) => v.push(0),
+            Data::Timestamp { values, .. } => values.push(0),
+            Data::Float(v) => v.push(0.0),
+            Data::Double(v) => v.push(0.0),
+            Data::Decimal { values, .. } => values.push(0),
+            Data::String { offsets, bytes } => offsets.push(bytes.len() as i32),
+            Data::Binary { offsets, bytes } => offsets.push(bytes.len() as i64),
+            Data::Fixed { width, bytes, .. } => bytes.resize(bytes.len() + *width, 0),
+            Data::Struct(s) => s.children.iter_mut().for_each(Column::push_null),
+            Data::List { offsets, .. } | Data::Map { offsets, .. } => {
+                offsets.push(*offsets.last().expect("offsets start at 0"))
+            }
+        }
+    }
+
+    fn push_scalar(&mut self, token: Token<'_>) -> Result<(), ValueError> {
+        let unit = self.epoch_unit;
+        let result: Result<(), String> = match (&mut self.data, &token) {
+            (Data::Bool(b), Token::Bool(v)) => {
+                b.append(*v);
+                Ok(())
+            }
+            (Data::Int(v), Token::Number(t) | Token::String(t)) => {
+                convert::parse_i32(t).map(|x| v.push(x))
+            }
+            (Data::Long(v), Token::Number(t) | Token::String(t)) => {
+                convert::parse_i64(t).map(|x| v.push(x))
+            }
+            (Data::Float(v), Token::Number(t) | Token::String(t)) => {
+                convert::parse_f64(t).map(|x| v.push(x as f32))
+            }
+            (Data::Double(v), Token::Number(t) | Token::String(t)) => {
+                convert::parse_f64(t).map(|x| v.push(x))
+            }
+            (
+                Data::Decimal {
+                    values,
+                    precision,
+                    scale,
+                },
+                Token::Number(t) | Token::String(t),
+            ) => convert::parse_decimal(t, *precision, *scale).map(|x| values.push(x)),
+            (Data::Date(v), Token::String(t)) => convert::parse_date(t).map(|x| v.push(x)),
+            (Data::Date(v), Token::Number(t)) => convert::parse_i32(t).map(|x| v.push(x)),
+            (Data::Time(v), Token::String(t)) => convert::parse_time(t).map(|x| v.push(x)),
+            (Data::Time(v), Token::Number(t)) => convert::parse_i64(t).map(|x| v.push(x)),
+            (Data::Timestamp { values, zone }, Token::String(t)) => {
+                convert::parse_timestamp(t, *zone).map(|x| values.push(x))
+            }
+            (Data::Timestamp { values, .. }, Token::Number(t)) => {
+                convert::epoch_to_micros(t, unit).map(|x| values.push(x))
+            }
+            (Data::String { offsets, bytes }, Token::String(t)) => {
+                bytes.extend_from_slice(t.as_bytes());
+                i32::try_from(bytes.len())
+                    .map(|end| offsets.push(end))
+                    .map_err(|_| "string data of one batch exceeds 2 GiB".to_string())
+            }
+            (Data::Binary { offsets, bytes }, Token::String(t)) => {
+                convert::decode_base64(t).map(|raw| {
+                    bytes.extend_from_slice(&raw);
+                    offsets.push(bytes.len() as i64);
+                })
+            }
+            (
+                Data::Fixed {
+                    bytes, uuid: true, ..
+                },
+                Token::String(t),
+            ) => convert::parse_uuid(t).map(|raw| bytes.extend_from_slice(&raw)),
+            (Data::Fixed { width, bytes, .. }, Token::String(t)) => convert::decode_base64(t)
+                .and_then(|raw| {
+                    if raw.len() == *width {
+                        bytes.extend_from_slice(&raw);
+                        Ok(())
+                    } else {
+                        Err(format!("expected {width} bytes, got {}", raw.len()))
+                    }
+                }),
+            _ => Err(format!(
+                "expected {}, got {}",
+                self.expected(),
+                token.describe()
+            )),
+        };
+        match result {
+            Ok(()) => {
+                self.push_valid();
+                Ok(())
+            }
+            Err(reason) => Err(self.field_error(reason)),
+        }
+    }
+
+    fn decode_struct(&mut self, r: &mut Reader<'_>) -> Result<(), ValueError> {
+        let Data::Struct(s) = &mut self.data else {
+            unreachable!()
+        };
+        s.decode_object(r)
+    }
+
+    fn decode_list(&mut self, r: &mut Reader<'_>) -> Result<(), ValueError> {
+        let Data::List { offsets, element } = &mut self.data else {
+            unreachable!()
+        };
+        r.begin_array()?;
+        let mut first = true;
+        while r.next_element(first)? {
+            first = false;
+            element.decode(r)?;
+        }
+        match i32::try_from(element.len()) {
+            Ok(end) => {
+                offsets.push(end);
+                Ok(())
+            }
+            Err(_) => Err(self.field_error("list elements of one batch exceed 2^31")),
+        }
+    }
+
+    fn decode_map(&mut self, r: &mut Reader<'_>) -> Result<(), ValueError> {
+        let Data::Map {
+            offsets,
+            key,
+            value,
+        } = &mut self.data
+        else {
+            unreachable!()
+        };
+        r.begin_object()?;
+        let mut first = true;
+        loop {
+            let Some(k) = r.next_key(first)? else { break };
+            first = false;
+            key.push_scalar(Token::String(k))?;
+            value.decode(r)?;
+        }
+        offsets.push(key.len() as i32);
+        Ok(())
+    }
+
+    /// Drops every slot from `len` on, in this column and everything under it.
+    pub fn truncate(&mut self, len: usize) {
+        if len >= self.len {
+            return;
+        }
+        let removed_nulls = (len..self.len)
+            .filter(|&i| !self.validity.get_bit(i))
+            .count();
+        self.nulls -= removed_nulls;
+        self.validity.truncate(len);
+        self.len = len;
+        match &mut self.data {
+            Data::Bool(b) => b.truncate(len),
+            Data::Int(v) | Data::Date(v) => v.truncate(len),
+            Data::Long(v) | Data::Time(v) => v.truncate(len),
+            Data::Timestamp { values, .. } => values.truncate(len),
+            Data::Float(v) => v.truncate(len),
+            Data::Double(v) => v.truncate(len),
+            Data::Decimal { values, .. } => values.truncate(len),
+            Data::String { offsets, bytes } => {
+                offsets.truncate(len + 1);
+                bytes.truncate(offsets[len] as usize);
+            }
+            Data::Binary { offsets, bytes } => {
+                offsets.truncate(len + 1);
+                bytes.truncate(offsets[len] as usize);
+            }
+            Data::Fixed { width, bytes, .. } => bytes.truncate(len * *width),
+            Data::Struct(s) => s.children.iter_mut().for_each(|c| c.truncate(len)),
+            Data::List { offsets, element } => {
+                offsets.truncate(len + 1);
+                element.truncate(offsets[len] as usize);
+            }
+            Data::Map {
+                offsets,
+                key,
+                value,
+            } => {
+                offsets.truncate(len + 1);
+                key.truncate(offsets[len] as usize);
+                value.truncate(offsets[len] as usize);
+            }
+        }
+    }
+
+    fn take_nulls(&mut self) -> Option<NullBuffer> {
+        let validity = self.validity.finish();
+        let had_nulls = self.nulls > 0;
+        self.nulls = 0;
+        self.len = 0;
+        had_nulls.then(|| NullBuffer::new(validity))
+    }
+
+    /// Moves the buffered values into an Arrow array and leaves the column empty.
+    pub fn finish(&mut self) -> ArrayRef {
+        let nulls = self.take_nulls();
+        let field = self.arrow.clone();
+        match &mut self.data {
+            Data::Bool(b) => Arc::new(BooleanArray::new(b.finish(), nulls)),
+            Data::Int(v) => Arc::new(PrimitiveArray::<Int32Type>::new(take(v), nulls)),
+            Data::Date(v) => Arc::new(PrimitiveArray::<Date32Type>::new(take(v), nulls)),
+            Data::Long(v) => Arc::new(PrimitiveArray::<Int64Type>::new(take(v), nulls)),
+            Data::Time(v) => Arc::new(PrimitiveArray::<Time64MicrosecondType>::new(take(v), nulls)),
+            Data::Timestamp { values, .. } => {
+                let DataType::Timestamp(_, zone) = field.data_type() else {
+                    unreachable!()
+                };
+                Arc::new(
+                    PrimitiveArray::<TimestampMicrosecondType>::new(take(values), nulls)
+                        .with_timezone_opt(zone.clone()),
+                )
+            }
+            Data::Float(v) => Arc::new(PrimitiveArray::<Float32Type>::new(take(v), nulls)),
+            Data::Double(v) => Arc::new(PrimitiveArray::<Float64Type>::new(take(v), nulls)),
+            Data::Decimal {
+                values,
+                precision,
+                scale,
+            } => Arc::new(
+                PrimitiveArray::<Decimal128Type>::new(take(values), nulls)
+                    .with_precision_and_scale(*precision as u8, *scale as i8)
+                    .expect("precision validated by the schema conversion"),
+            ),
+            Data::String { offsets, bytes } => {
+                let offsets = take_offsets(offsets);
+                let values = Buffer::from_vec(std::mem::take(bytes));
+                // SAFETY: every appended slice came from a `&str`, so the bytes are UTF-8
+                // and each offset falls on a character boundary; offsets are monotonic.
+                Arc::new(unsafe { StringArray::new_unchecked(offsets, values, nulls) })
+            }
+            Data::Binary { offsets, bytes } => {
+                let offsets = take_offsets(offsets);
+                let values = Buffer::from_vec(std::mem::take(bytes));
+                Arc::new(LargeBinaryArray::new(offsets, values, nulls))
+            }
+            Data::Fixed { width, bytes, .. } => Arc::new(FixedSizeBinaryArray::new(
+                *width as i32,
+                Buffer::from_vec(std::mem::take(bytes)),
+                nulls,
+            )),
+            Data::Struct(s) => {
+                let DataType::Struct(fields) = field.data_type() else {
+                    unreachable!()
+                };
+                let children = s.finish_children();
+                Arc::new(StructArray::new(fields.clone(), children, nulls))
+            }
+            Data::List { offsets, element } => {
+                let DataType::List(element_field) = field.data_type() else {
+                    unreachable!()
+                };
+                let offsets = take_offsets(offsets);
+                Arc::new(ListArray::new(
+                    element_field.clone(),
+                    offsets,
+                    element.finish(),
+                    nulls,
+                ))
+            }
+            Data::Map {
+                offsets,
+                key,
+                value,
+            } => {
+                let DataType::Map(entries_field, sorted) = field.data_type() else {
+                    unreachable!()
+                };
+                let DataType::Struct(kv_fields) = entries_field.data_type() else {
+                    unreachable!()
+                };
+                let entries =
+                    StructArray::new(kv_fields.clone(), vec![key.finish(), value.finish()], None);
+                let offsets = take_offsets(offsets);
+                Arc::new(MapArray::new(
+                    entries_field.clone(),
+                    offsets,
+                    entries,
+                    nulls,
+                    *sorted,
+                ))
+            }
+        }
+    }
+}
+
+/// Moves a vector's contents into an Arrow scalar buffer, leaving it empty.
+fn take<T: arrow_buffer::ArrowNativeType>(v: &mut Vec<T>) -> ScalarBuffer<T> {
+    ScalarBuffer::from(std::mem::take(v))
+}
+
+/// Moves an offsets vector into an Arrow offset buffer and re-seeds it with the leading 0.
+fn take_offsets<T: arrow_buffer::ArrowNativeType + Default>(
+    offsets: &mut Vec<T>,
+) -> OffsetBuffer<T> {
+    OffsetBuffer::new(ScalarBuffer::from(std::mem::replace(
+        offsets,
+        vec![T::default()],
+    )))
+}
+
+impl StructData {
+    fn new(fields: &[Arc<NestedField>], arrow: &Fields, path: &str, opts: DecodeOptions) -> Self {
+        let children: Vec<Column> = fields
+            .iter()
+            .zip(arrow.iter())
+            .map(|(f, a)| Column::new(f, a, path, opts))
+            .collect();
+        let by_name = fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (name_key(&f.name, opts.case_sensitive), i))
+            .collect();
+        StructData {
+            seen: vec![0; children.len()],
+            children,
+            by_name,
+            stamp: 0,
+            case_sensitive: opts.case_sensitive,
+        }
+    }
+
+    fn lookup(&self, key: &str, guess: usize) -> Option<usize> {
+        // Keys usually arrive in schema order: try the next field before hashing.
+        if let Some(c) = self.children.get(guess)
+            && c.arrow.name() == key
+        {
+            return Some(guess);
+        }
+        if self.case_sensitive {
+            self.by_name.get(key).copied()
+        } else {
+            self.by_name.get(&key.to_lowercase()).copied()
+        }
+    }
+
+    /// Decodes one JSON object into the children; absent fields become null.
+    pub fn decode_object(&mut self, r: &mut Reader<'_>) -> Result<(), ValueError> {
+        self.stamp += 1;
+        let stamp = self.stamp;
+        r.begin_object()?;
+        let mut first = true;
+        let mut guess = 0;
+        loop {
+            let Some(key) = r.next_key(first)? else { break };
+            first = false;
+            match self.lookup(key, guess) {
+                Some(i) => {
+                    if self.seen[i] == stamp {
+                        return Err(ValueError::Field {
+                            path: self.children[i].path.clone(),
+                            reason: "field appears twice in one object".into(),
+                        });
+                    }
+                    self.seen[i] = stamp;
+                    self.children[i].decode(r)?;
+                    guess = i + 1;
+                }
+                None => r.skip_value()?,
+            }
+        }
+        for (i, child) in self.children.iter_mut().enumerate() {
+            if self.seen[i] != stamp {
+                if child.required {
+                    return Err(child.field_error("required field is missing"));
+                }
+                child.push_null();
+            }
+        }
+        Ok(())
+    }
+
+    pub fn truncate(&mut self, len: usize) {
+        self.children.iter_mut().for_each(|c| c.truncate(len));
+    }
+
+    pub fn finish_children(&mut self) -> Vec<ArrayRef> {
+        self.children.iter_mut().map(Column::finish).collect()
+    }
+}
+
+fn name_key(name: &str, case_sensitive: bool) -> String {
+    if case_sensitive {
+        name.to_string()
+    } else {
+        name.to_lowercase()
+    }
+}
+
+/// The top-level decoder: a struct whose children are the table's columns.
+pub struct RowDecoder {
+    root: StructData,
+    rows: usize,
+}
+
+impl RowDecoder {
+    pub fn new(
+        schema: &iceberg::spec::Schema,
+        arrow: &arrow_schema::Schema,
+        opts: DecodeOptions,
+    ) -> Self {
+        RowDecoder {
+            root: StructData::new(schema.as_struct().fields(), arrow.fields(), "", opts),
+            rows: 0,
+        }
+    }
+
+    /// Decodes one message as a row; on error the columns are left as before the call.
+    pub fn decode_row(&mut self, text: &str) -> Result<(), ValueError> {
+        let mut r = Reader::new(text);
+        let result = match r.peek() {
+            Ok(Peek::Object) => self
+                .root
+                .decode_object(&mut r)
+                .and_then(|()| r.finish().map_err(ValueError::from)),
+            // Check the syntax first, so "nonsense" is reported as invalid JSON.
+            Ok(other) => r.skip_value().map_err(ValueError::from).and_then(|()| {
+                Err(ValueError::Field {
+                    path: String::new(),
+                    reason: format!("message must be a JSON object, got {}", other.describe()),
+                })
+            }),
+            Err(e) => Err(e.into()),
+        };
+        match result {
+            Ok(()) => {
+                self.rows += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.root.truncate(self.rows);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn finish(&mut self) -> Vec<ArrayRef> {
+        self.rows = 0;
+        self.root.finish_children()
+    }
+}

@@ -1,0 +1,245 @@
+//! Conversions from JSON scalar text to Iceberg's physical values.
+//!
+//! Each function takes the exact text the JSON reader saw and returns either the value
+//! or a short reason that the caller wraps with the message index and field path.
+
+use base64::Engine;
+use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Timelike};
+
+/// How epoch numbers given for `timestamp`/`timestamptz` columns are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EpochUnit {
+    S,
+    #[default]
+    Ms,
+    Us,
+    Ns,
+}
+
+const UNIX_EPOCH_DAY: i32 = 719_163; // days from 0001-01-01 (CE day 1) to 1970-01-01
+
+/// Parses a JSON integer literal without passing through `f64`.
+///
+/// A literal written with a fraction or exponent is accepted only when it denotes a whole
+/// number that `f64` represents exactly (|v| < 2^53), e.g. `3.0` or `1e3`.
+pub fn parse_i64(text: &str) -> Result<i64, String> {
+    if let Ok(v) = text.parse::<i64>() {
+        return Ok(v);
+    }
+    if text.bytes().all(|b| b == b'-' || b.is_ascii_digit()) {
+        return Err(format!("integer {text} is out of range for long"));
+    }
+    let v: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not an integer"))?;
+    if v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 {
+        Ok(v as i64)
+    } else {
+        Err(format!("{text} is not a whole number"))
+    }
+}
+
+pub fn parse_i32(text: &str) -> Result<i32, String> {
+    let v = parse_i64(text)?;
+    i32::try_from(v).map_err(|_| format!("integer {text} is out of range for int"))
+}
+
+pub fn parse_f64(text: &str) -> Result<f64, String> {
+    text.parse()
+        .map_err(|_| format!("{text:?} is not a number"))
+}
+
+/// Parses decimal text (`-12.345`, `1.2e3`) exactly into the unscaled value at `scale`,
+/// refusing values that would lose digits or exceed `precision`.
+pub fn parse_decimal(text: &str, precision: u32, scale: u32) -> Result<i128, String> {
+    let bad = || format!("{text:?} is not a decimal number");
+    let (negative, rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(i) => (&rest[..i], rest[i + 1..].parse::<i32>().map_err(|_| bad())?),
+        None => (rest, 0),
+    };
+    let (int_part, frac_part) = match mantissa.find('.') {
+        Some(i) => (&mantissa[..i], &mantissa[i + 1..]),
+        None => (mantissa, ""),
+    };
+    if int_part.is_empty() && frac_part.is_empty() {
+        return Err(bad());
+    }
+    if !int_part
+        .bytes()
+        .chain(frac_part.bytes())
+        .all(|b| b.is_ascii_digit())
+    {
+        return Err(bad());
+    }
+    // digits * 10^(exponent - frac_len) is the value; shift to the column's scale.
+    let digits = int_part.bytes().chain(frac_part.bytes());
+    let shift = exponent as i64 - frac_part.len() as i64 + scale as i64;
+    let mut unscaled: i128 = 0;
+    let mut dropped_nonzero = false;
+    let total_digits = int_part.len() + frac_part.len();
+    let keep = (total_digits as i64 + shift.min(0)).max(0) as usize;
+    for (i, d) in digits.enumerate() {
+        let d = (d - b'0') as i128;
+        if i < keep {
+            unscaled = unscaled
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(d))
+                .ok_or_else(|| format!("{text} exceeds decimal({precision}, {scale})"))?;
+        } else if d != 0 {
+            dropped_nonzero = true;
+        }
+    }
+    if dropped_nonzero {
+        return Err(format!(
+            "{text} has more than {scale} fractional digits for decimal({precision}, {scale})"
+        ));
+    }
+    for _ in 0..shift.max(0) {
+        unscaled = unscaled
+            .checked_mul(10)
+            .ok_or_else(|| format!("{text} exceeds decimal({precision}, {scale})"))?;
+    }
+    let limit = 10i128.checked_pow(precision).unwrap_or(i128::MAX);
+    if unscaled >= limit {
+        return Err(format!("{text} exceeds decimal({precision}, {scale})"));
+    }
+    Ok(if negative { -unscaled } else { unscaled })
+}
+
+/// `YYYY-MM-DD` to days since 1970-01-01.
+pub fn parse_date(text: &str) -> Result<i32, String> {
+    let d = NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .map_err(|e| format!("{text:?} is not a date (YYYY-MM-DD): {e}"))?;
+    Ok(d.num_days_from_ce() - UNIX_EPOCH_DAY)
+}
+
+use chrono::Datelike;
+
+/// `HH:MM:SS[.ffffff]` to microseconds since midnight.
+pub fn parse_time(text: &str) -> Result<i64, String> {
+    let t = NaiveTime::parse_from_str(text, "%H:%M:%S%.f")
+        .map_err(|e| format!("{text:?} is not a time (HH:MM:SS[.ffffff]): {e}"))?;
+    Ok(t.num_seconds_from_midnight() as i64 * 1_000_000 + (t.nanosecond() / 1_000) as i64)
+}
+
+/// RFC 3339 text to microseconds since the epoch (UTC). For `timestamp` (no zone) a
+/// string without an offset is read as-is; one with an offset is converted to UTC.
+pub fn parse_timestamp(text: &str, with_zone: bool) -> Result<i64, String> {
+    if let Ok(dt) = DateTime::parse_from_rfc3339(text) {
+        return Ok(dt.timestamp_micros());
+    }
+    if !with_zone {
+        for format in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"] {
+            if let Ok(naive) = NaiveDateTime::parse_from_str(text, format) {
+                return Ok(naive.and_utc().timestamp_micros());
+            }
+        }
+    }
+    Err(format!(
+        "{text:?} is not an RFC 3339 timestamp{}",
+        if with_zone { " with an offset" } else { "" }
+    ))
+}
+
+/// An epoch number in `unit` to microseconds. Integers stay integers; a fraction is
+/// allowed and rounded to the microsecond.
+pub fn epoch_to_micros(text: &str, unit: EpochUnit) -> Result<i64, String> {
+    let overflow = || format!("epoch value {text} is out of range");
+    if let Ok(v) = text.parse::<i64>() {
+        return match unit {
+            EpochUnit::S => v.checked_mul(1_000_000).ok_or_else(overflow),
+            EpochUnit::Ms => v.checked_mul(1_000).ok_or_else(overflow),
+            EpochUnit::Us => Ok(v),
+            EpochUnit::Ns => Ok(v.div_euclid(1_000)),
+        };
+    }
+    let v = parse_f64(text)?;
+    let micros = match unit {
+        EpochUnit::S => v * 1e6,
+        EpochUnit::Ms => v * 1e3,
+        EpochUnit::Us => v,
+        EpochUnit::Ns => v / 1e3,
+    };
+    if micros.is_finite() && micros.abs() < 9.2e18 {
+        Ok(micros.round() as i64)
+    } else {
+        Err(overflow())
+    }
+}
+
+pub fn parse_uuid(text: &str) -> Result<[u8; 16], String> {
+    uuid::Uuid::parse_str(text)
+        .map(|u| *u.as_bytes())
+        .map_err(|e| format!("{text:?} is not a UUID: {e}"))
+}
+
+pub fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| format!("not valid base64: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_never_round_through_f64() {
+        assert_eq!(
+            parse_i64("9007199254740993").unwrap(),
+            9_007_199_254_740_993
+        );
+        assert_eq!(parse_i64("-9223372036854775808").unwrap(), i64::MIN);
+        assert!(parse_i64("9223372036854775808").is_err());
+        assert_eq!(parse_i64("3.0").unwrap(), 3);
+        assert_eq!(parse_i64("1e3").unwrap(), 1000);
+        assert!(parse_i64("1.5").is_err());
+        assert!(parse_i32("2147483648").is_err());
+    }
+
+    #[test]
+    fn decimals_are_exact() {
+        assert_eq!(parse_decimal("12.34", 10, 2).unwrap(), 1234);
+        assert_eq!(parse_decimal("-0.5", 10, 2).unwrap(), -50);
+        assert_eq!(parse_decimal("1.2e3", 10, 2).unwrap(), 120_000);
+        assert_eq!(parse_decimal("12.3400", 10, 2).unwrap(), 1234);
+        assert_eq!(parse_decimal("5", 3, 0).unwrap(), 5);
+        assert_eq!(
+            parse_decimal("12345678901234567890.123456789012345678", 38, 18).unwrap(),
+            12_345_678_901_234_567_890_123_456_789_012_345_678
+        );
+        assert!(parse_decimal("12.345", 10, 2).is_err());
+        assert!(parse_decimal("1000", 3, 0).is_err());
+        assert!(parse_decimal("abc", 3, 0).is_err());
+        assert!(parse_decimal("", 3, 0).is_err());
+    }
+
+    #[test]
+    fn dates_times_and_timestamps() {
+        assert_eq!(parse_date("1970-01-02").unwrap(), 1);
+        assert_eq!(parse_date("1969-12-31").unwrap(), -1);
+        assert_eq!(parse_time("00:00:01.5").unwrap(), 1_500_000);
+        assert_eq!(
+            parse_timestamp("1970-01-01T00:00:01+01:00", true).unwrap(),
+            -3_599_000_000
+        );
+        assert_eq!(
+            parse_timestamp("1970-01-01T00:00:01Z", true).unwrap(),
+            1_000_000
+        );
+        assert_eq!(
+            parse_timestamp("1970-01-01T00:00:01.25", false).unwrap(),
+            1_250_000
+        );
+        assert!(parse_timestamp("1970-01-01T00:00:01", true).is_err());
+        assert_eq!(epoch_to_micros("1500", EpochUnit::Ms).unwrap(), 1_500_000);
+        assert_eq!(epoch_to_micros("1.5", EpochUnit::S).unwrap(), 1_500_000);
+        assert!(epoch_to_micros("9223372036854775807", EpochUnit::S).is_err());
+    }
+}
