@@ -8,3 +8,9 @@ pub mod error;
 pub mod shred;
 
 pub use error::{Error, ErrorKind, Result};
+pub mod catalog;
+pub mod commit;
+pub mod partition_spec;
+pub mod storage;
+pub mod write;
+pub mod writer;

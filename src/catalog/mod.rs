@@ -1,0 +1,82 @@
+//! Catalogs: one trait, two implementations.
+//!
+//! - [`rest::RestCatalog`]: floe's own thin client for the Iceberg REST protocol.
+//! - [`sql::SqlCatalog`]: an embedded SQLite catalog in the layout of Iceberg's JDBC
+//!   catalog, so pyiceberg's `SqlCatalog` and Java's `JdbcCatalog` can open it.
+//!
+//! Both commit the same way: floe produces the snapshot and the metadata updates itself
+//! (see `commit`), and the catalog applies them atomically or reports a conflict.
+
+pub mod rest;
+pub mod sql;
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use iceberg::spec::{Schema, TableMetadataRef, UnboundPartitionSpec};
+use iceberg::{NamespaceIdent, TableIdent, TableRequirement, TableUpdate};
+
+use crate::Result;
+
+/// A table as the catalog last reported it.
+#[derive(Debug, Clone)]
+pub struct LoadedTable {
+    pub ident: TableIdent,
+    pub metadata_location: Option<String>,
+    pub metadata: TableMetadataRef,
+    /// FileIO properties the catalog supplied for this table (e.g. vended credentials).
+    pub io_props: HashMap<String, String>,
+}
+
+/// What a new table should look like.
+#[derive(Debug, Clone)]
+pub struct NewTable {
+    pub schema: Schema,
+    pub partition_spec: Option<UnboundPartitionSpec>,
+    /// Where to put it; `None` lets the catalog choose.
+    pub location: Option<String>,
+    pub properties: HashMap<String, String>,
+}
+
+#[async_trait]
+pub trait Catalog: Send + Sync {
+    /// Loads a table; `Ok(None)` when it does not exist.
+    async fn load_table(&self, ident: &TableIdent) -> Result<Option<LoadedTable>>;
+
+    /// Creates the namespace unless it already exists.
+    async fn ensure_namespace(&self, namespace: &NamespaceIdent) -> Result<()>;
+
+    /// Creates a table. If another writer created it first, loads and returns that one.
+    async fn create_table(&self, ident: &TableIdent, table: NewTable) -> Result<LoadedTable>;
+
+    /// Applies `updates` if every requirement holds, atomically. Fails with
+    /// `ErrorKind::Conflict` when a requirement does not hold (nothing changed) and with
+    /// `ErrorKind::CommitStateUnknown` when the outcome cannot be known.
+    async fn commit(
+        &self,
+        ident: &TableIdent,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<LoadedTable>;
+}
+
+/// Splits a dotted namespace (`a.b`) into levels, refusing empty levels.
+pub fn parse_namespace(text: &str) -> Result<NamespaceIdent> {
+    let levels: Vec<String> = text.split('.').map(str::to_string).collect();
+    if text.is_empty() || levels.iter().any(String::is_empty) {
+        return Err(crate::Error::config(format!(
+            "namespace {text:?} must be dot-separated non-empty levels"
+        )));
+    }
+    NamespaceIdent::from_vec(levels).map_err(crate::Error::from)
+}
+
+pub fn table_ident(namespace: &str, table: &str) -> Result<TableIdent> {
+    if table.is_empty() {
+        return Err(crate::Error::config("table name is empty"));
+    }
+    Ok(TableIdent::new(
+        parse_namespace(namespace)?,
+        table.to_string(),
+    ))
+}

@@ -1,0 +1,167 @@
+//! Parses the partition spec text of `schema_evolution.partition_spec`, e.g.
+//! `(day(ts), bucket(16, user_id), truncate(4, name) as prefix, region)`.
+
+use iceberg::spec::{Schema, Transform, UnboundPartitionSpec};
+
+use crate::error::{Error, Result};
+
+/// Splits on commas that are not inside parentheses.
+fn split_top_level(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+        .into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// One term: `col`, `fn(col)`, `fn(n, col)`, optionally followed by `as alias`.
+fn parse_term(term: &str) -> Result<(Transform, String, Option<String>)> {
+    let bad = |why: &str| Error::config(format!("partition_spec term {term:?}: {why}"));
+    let (expr, alias) = match term.rsplit_once(" as ") {
+        Some((e, a)) => (e.trim(), Some(a.trim().to_string())),
+        None => (term, None),
+    };
+    let Some(open) = expr.find('(') else {
+        return Ok((Transform::Identity, expr.to_string(), alias));
+    };
+    let name = expr[..open].trim().to_ascii_lowercase();
+    let args = expr[open + 1..]
+        .strip_suffix(')')
+        .ok_or_else(|| bad("missing ')'"))?;
+    let args: Vec<&str> = args.split(',').map(str::trim).collect();
+    let transform = match (name.as_str(), args.as_slice()) {
+        ("identity", [_]) => Transform::Identity,
+        ("year" | "years", [_]) => Transform::Year,
+        ("month" | "months", [_]) => Transform::Month,
+        ("day" | "days", [_]) => Transform::Day,
+        ("hour" | "hours", [_]) => Transform::Hour,
+        ("void", [_]) => Transform::Void,
+        ("bucket", [n, _]) => {
+            Transform::Bucket(n.parse().map_err(|_| bad("bucket count is not a number"))?)
+        }
+        ("truncate", [w, _]) => Transform::Truncate(
+            w.parse()
+                .map_err(|_| bad("truncate width is not a number"))?,
+        ),
+        _ => return Err(bad("unknown transform or wrong number of arguments")),
+    };
+    let column = args.last().expect("matched non-empty").to_string();
+    Ok((transform, column, alias))
+}
+
+fn default_name(transform: Transform, column: &str) -> String {
+    match transform {
+        Transform::Identity => column.to_string(),
+        Transform::Year => format!("{column}_year"),
+        Transform::Month => format!("{column}_month"),
+        Transform::Day => format!("{column}_day"),
+        Transform::Hour => format!("{column}_hour"),
+        Transform::Bucket(_) => format!("{column}_bucket"),
+        Transform::Truncate(_) => format!("{column}_trunc"),
+        _ => format!("{column}_null"),
+    }
+}
+
+/// Parses `text` against `schema`. `()` or an empty string is the unpartitioned spec.
+pub fn parse_partition_spec(text: &str, schema: &Schema) -> Result<UnboundPartitionSpec> {
+    let inner = text.trim();
+    let inner = inner
+        .strip_prefix('(')
+        .and_then(|t| t.strip_suffix(')'))
+        .unwrap_or(inner);
+    let mut builder = UnboundPartitionSpec::builder().with_spec_id(0);
+    for term in split_top_level(inner) {
+        let (transform, column, alias) = parse_term(term)?;
+        let source = schema.field_by_name(&column).ok_or_else(|| {
+            Error::config(format!(
+                "partition_spec: column {column:?} is not in the table schema"
+            ))
+        })?;
+        let name = alias.unwrap_or_else(|| default_name(transform, &column));
+        builder = builder.add_partition_field(source.id, name, transform)?;
+    }
+    Ok(builder.build())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use iceberg::spec::{NestedField, PrimitiveType, Type};
+
+    use super::*;
+
+    fn schema() -> Schema {
+        Schema::builder()
+            .with_fields(vec![
+                Arc::new(NestedField::optional(
+                    1,
+                    "ts",
+                    Type::Primitive(PrimitiveType::Timestamptz),
+                )),
+                Arc::new(NestedField::optional(
+                    2,
+                    "id",
+                    Type::Primitive(PrimitiveType::Long),
+                )),
+                Arc::new(NestedField::optional(
+                    3,
+                    "name",
+                    Type::Primitive(PrimitiveType::String),
+                )),
+            ])
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn parses_transforms_and_aliases() {
+        let spec = parse_partition_spec(
+            "(day(ts), bucket(16, id), truncate(4, name) as p, name)",
+            &schema(),
+        )
+        .unwrap();
+        let fields: Vec<(i32, String, Transform)> = spec
+            .fields()
+            .iter()
+            .map(|f| (f.source_id, f.name.clone(), f.transform))
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                (1, "ts_day".into(), Transform::Day),
+                (2, "id_bucket".into(), Transform::Bucket(16)),
+                (3, "p".into(), Transform::Truncate(4)),
+                (3, "name".into(), Transform::Identity),
+            ]
+        );
+        assert!(
+            parse_partition_spec("()", &schema())
+                .unwrap()
+                .fields()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn errors_name_the_term() {
+        let e = parse_partition_spec("(day(nope))", &schema()).unwrap_err();
+        assert!(e.to_string().contains("\"nope\""), "{e}");
+        let e = parse_partition_spec("(frobnicate(ts))", &schema()).unwrap_err();
+        assert!(e.to_string().contains("unknown transform"), "{e}");
+    }
+}

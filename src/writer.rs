@@ -1,0 +1,326 @@
+//! The writer facade: what the C ABI calls. Routes each message to its table, shreds,
+//! writes data files and commits one snapshot per table per call.
+//!
+//! Calls may overlap (the host runs up to `max_in_flight` of them); per-table state is
+//! behind an async mutex so one table's shredder and commits are never used at once,
+//! while different tables proceed in parallel.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use iceberg::TableIdent;
+use iceberg::io::FileIO;
+use iceberg::spec::Schema;
+
+use crate::catalog::rest::RestCatalog;
+use crate::catalog::sql::SqlCatalog;
+use crate::catalog::{Catalog, LoadedTable, NewTable, table_ident};
+use crate::commit::{AppendFiles, find_commit, prepare_append};
+use crate::config::{CatalogKind, Config};
+use crate::error::{Error, ErrorKind, Result};
+use crate::partition_spec::parse_partition_spec;
+use crate::shred::{DecodeOptions, Shredder};
+use crate::storage::{build_file_io, file_io_props, location_url};
+use crate::write::{FileSettings, file_settings, write_data_files};
+
+/// One message of a batch, with the table it goes to when the host evaluated one.
+#[derive(Debug, Clone, Copy)]
+pub struct Message<'a> {
+    pub payload: &'a [u8],
+    pub namespace: Option<&'a str>,
+    pub table: Option<&'a str>,
+}
+
+/// What happened to a batch: per message, `None` for committed or the reason it was not.
+#[derive(Debug)]
+pub struct BatchOutcome {
+    pub failures: Vec<Option<Error>>,
+    pub rows_committed: usize,
+    pub snapshots: usize,
+}
+
+/// How many times a commit is rebuilt on a newer table head after a conflict.
+const MAX_COMMIT_ATTEMPTS: usize = 4;
+
+struct TableState {
+    table: LoadedTable,
+    file_io: FileIO,
+    shredder: Shredder,
+    settings: FileSettings,
+}
+
+pub struct Writer {
+    config: Config,
+    catalog: Arc<dyn Catalog>,
+    io_props: HashMap<String, String>,
+    tables: Mutex<HashMap<TableIdent, Arc<tokio::sync::Mutex<Option<TableState>>>>>,
+}
+
+impl Writer {
+    /// Opens the catalog the config names (without touching any table yet).
+    pub async fn open(config: Config) -> Result<Self> {
+        let io_props = file_io_props(&config.storage);
+        let catalog: Arc<dyn Catalog> = match config.catalog_kind()? {
+            CatalogKind::Rest { url } => {
+                Arc::new(RestCatalog::connect(&url, &config.catalog).await?)
+            }
+            CatalogKind::Embedded { database } => {
+                let warehouse = location_url(config.warehouse_or_default())?;
+                let name = config.catalog.name.as_deref().unwrap_or("floe");
+                Arc::new(SqlCatalog::open(
+                    &database,
+                    name,
+                    &warehouse,
+                    build_file_io(io_props.clone()),
+                )?)
+            }
+        };
+        Ok(Writer {
+            config,
+            catalog,
+            io_props,
+            tables: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    fn resolve_ident(&self, m: &Message<'_>) -> Result<TableIdent> {
+        let ns = m
+            .namespace
+            .or(self.config.namespace.as_deref())
+            .ok_or_else(|| {
+                Error::config("no namespace: set `namespace` in the config or per message")
+            })?;
+        let table = m
+            .table
+            .or(self.config.table.as_deref())
+            .ok_or_else(|| Error::config("no table: set `table` in the config or per message"))?;
+        table_ident(ns, table)
+    }
+
+    /// Writes and commits a batch. Each table's messages are committed as one snapshot;
+    /// a message fails alone when it cannot be shredded, and with its table's group when
+    /// the write or commit fails.
+    pub async fn write_batch(&self, messages: &[Message<'_>]) -> BatchOutcome {
+        let mut failures: Vec<Option<Error>> = vec![None; messages.len()];
+        let mut groups: HashMap<TableIdent, Vec<usize>> = HashMap::new();
+        for (i, m) in messages.iter().enumerate() {
+            match self.resolve_ident(m) {
+                Ok(ident) => groups.entry(ident).or_default().push(i),
+                Err(e) => failures[i] = Some(e),
+            }
+        }
+        let results =
+            futures::future::join_all(groups.into_iter().map(|(ident, idx)| async move {
+                let result = self.write_group(&ident, messages, &idx).await;
+                (idx, result)
+            }))
+            .await;
+        let (mut rows_committed, mut snapshots) = (0, 0);
+        for (idx, result) in results {
+            match result {
+                Ok(group) => {
+                    rows_committed += group.rows;
+                    snapshots += usize::from(group.committed);
+                    for (pos, err) in group.failures {
+                        failures[idx[pos]] = Some(err);
+                    }
+                }
+                Err(e) => idx.iter().for_each(|&i| failures[i] = Some(e.clone())),
+            }
+        }
+        BatchOutcome {
+            failures,
+            rows_committed,
+            snapshots,
+        }
+    }
+
+    fn table_slot(&self, ident: &TableIdent) -> Arc<tokio::sync::Mutex<Option<TableState>>> {
+        let mut tables = self.tables.lock().expect("table map lock");
+        tables.entry(ident.clone()).or_default().clone()
+    }
+
+    async fn write_group(
+        &self,
+        ident: &TableIdent,
+        messages: &[Message<'_>],
+        idx: &[usize],
+    ) -> Result<GroupResult> {
+        let slot = self.table_slot(ident);
+        let mut guard = slot.lock().await;
+        if guard.is_none() {
+            let payloads = idx.iter().map(|&i| messages[i].payload);
+            *guard = Some(self.open_table(ident, payloads).await?);
+        }
+        let state = guard.as_mut().expect("opened above");
+        let shredded = state
+            .shredder
+            .shred(idx.iter().map(|&i| messages[i].payload));
+        let failures: Vec<(usize, Error)> = shredded
+            .errors
+            .into_iter()
+            .map(|e| (e.index, Error::new(ErrorKind::Data, e.to_string())))
+            .collect();
+        let Some(batch) = shredded.batch else {
+            return Ok(GroupResult {
+                rows: 0,
+                committed: false,
+                failures,
+            });
+        };
+        let rows = batch.num_rows();
+        let data_files = write_data_files(
+            &batch,
+            &state.table.metadata,
+            &state.file_io,
+            &state.settings,
+        )
+        .await?;
+        let files = AppendFiles {
+            commit_id: uuid::Uuid::new_v4(),
+            data_files,
+            properties: HashMap::from([(
+                "floe.version".to_string(),
+                env!("CARGO_PKG_VERSION").to_string(),
+            )]),
+        };
+        self.commit_append(state, files).await?;
+        Ok(GroupResult {
+            rows,
+            committed: true,
+            failures,
+        })
+    }
+
+    /// Commits, rebuilding on the new head after a conflict; after an unknown outcome,
+    /// looks for the commit id before trying again so rows are never appended twice.
+    async fn commit_append(&self, state: &mut TableState, files: AppendFiles) -> Result<()> {
+        let ident = state.table.ident.clone();
+        let mut last_error = None;
+        for attempt in 0..MAX_COMMIT_ATTEMPTS {
+            if attempt > 0 {
+                let fresh = self.catalog.load_table(&ident).await?.ok_or_else(|| {
+                    Error::new(ErrorKind::NotFound, format!("table {ident} was dropped"))
+                })?;
+                if find_commit(&fresh.metadata, files.commit_id).is_some() {
+                    state.table = fresh;
+                    return Ok(());
+                }
+                state.table = fresh;
+            }
+            let prepared = prepare_append(&state.table.metadata, &state.file_io, &files).await?;
+            match self
+                .catalog
+                .commit(&ident, prepared.requirements, prepared.updates)
+                .await
+            {
+                Ok(table) => {
+                    state.table = table;
+                    return Ok(());
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::Conflict | ErrorKind::CommitStateUnknown
+                    ) =>
+                {
+                    last_error = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error.expect("loop ran").context(format!(
+            "commit to {ident} failed after {MAX_COMMIT_ATTEMPTS} attempts"
+        )))
+    }
+
+    async fn open_table<'m>(
+        &self,
+        ident: &TableIdent,
+        sample: impl Iterator<Item = &'m [u8]>,
+    ) -> Result<TableState> {
+        let table = match self.catalog.load_table(ident).await? {
+            Some(t) => t,
+            None if self.config.schema_evolution.enabled => {
+                self.create_table(ident, sample).await?
+            }
+            None => {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "table {ident} does not exist; set schema_evolution.enabled: true to create it"
+                    ),
+                ));
+            }
+        };
+        let mut props = self.io_props.clone();
+        props.extend(table.io_props.clone());
+        let file_io = build_file_io(props);
+        let shredder = Shredder::new(
+            table.metadata.current_schema().clone(),
+            DecodeOptions {
+                epoch_unit: self.config.json.epoch_unit,
+                case_sensitive: self.config.case_sensitive_columns,
+            },
+        )?;
+        let settings = file_settings(&self.config.parquet, &table.metadata)?;
+        Ok(TableState {
+            table,
+            file_io,
+            shredder,
+            settings,
+        })
+    }
+
+    async fn create_table<'m>(
+        &self,
+        ident: &TableIdent,
+        sample: impl Iterator<Item = &'m [u8]>,
+    ) -> Result<LoadedTable> {
+        let evolution = &self.config.schema_evolution;
+        let schema: Schema = match &evolution.schema {
+            Some(json) => serde_json::from_value(json.clone()).map_err(|e| {
+                Error::config(format!(
+                    "schema_evolution.schema is not an Iceberg schema: {e}"
+                ))
+            })?,
+            None => crate::shred::infer::infer_schema(sample)
+                .map_err(|e| Error::new(ErrorKind::Data, format!("cannot create {ident}: {e}")))?,
+        };
+        let partition_spec = match evolution.partition_spec.as_deref() {
+            Some(text) => Some(parse_partition_spec(text, &schema)?),
+            None => None,
+        };
+        let location = evolution.table_location.as_deref().map(|prefix| {
+            format!(
+                "{}/{}/{}",
+                prefix.trim_end_matches('/'),
+                ident.namespace().as_ref().join("/"),
+                ident.name()
+            )
+        });
+        self.catalog.ensure_namespace(ident.namespace()).await?;
+        self.catalog
+            .create_table(
+                ident,
+                NewTable {
+                    schema,
+                    partition_spec,
+                    location,
+                    properties: HashMap::new(),
+                },
+            )
+            .await
+    }
+}
+
+struct GroupResult {
+    rows: usize,
+    committed: bool,
+    /// (position within the group, error) for messages that were not shredded.
+    failures: Vec<(usize, Error)>,
+}

@@ -1,0 +1,74 @@
+"""Independent read-back of a table floe wrote: DuckDB's iceberg extension and pyiceberg.
+
+Usage: read_table.py <reader> <json-args>
+  reader = duckdb-file   args: {"metadata": <metadata json path or table location>, "sql": "..."}
+           pyiceberg-sql args: {"uri": "sqlite:///…", "warehouse": "file:///…", "table": "ns.t"}
+           pyiceberg-rest args: {"uri": "http://…", "props": {...}, "table": "ns.t"}
+           duckdb-s3     args: {"metadata": "s3://…", "s3": {...}, "sql": "..."}
+Prints one JSON document: {"rows": [...], "count": n}.
+"""
+import json
+import sys
+
+
+def jsonable(v):
+    import datetime
+    import decimal
+    import uuid
+    if isinstance(v, (datetime.datetime, datetime.date, datetime.time)):
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    if isinstance(v, (bytes, bytearray)):
+        return v.hex()
+    if isinstance(v, dict):
+        return {k: jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x) for x in v]
+    return v
+
+
+def duckdb_connect(s3=None):
+    import duckdb
+    con = duckdb.connect()
+    con.execute("SET autoinstall_known_extensions=false; SET autoload_known_extensions=true;")
+    # Extensions come from PyPI wheels (duckdb-extension-*), loaded by path: no download.
+    import glob
+    import importlib
+    import os
+    for ext in ("avro", "httpfs", "iceberg"):
+        pkg = importlib.import_module(f"duckdb_extension_{ext}")
+        found = glob.glob(os.path.join(os.path.dirname(pkg.__file__), "extensions", "*", f"{ext}.duckdb_extension"))
+        con.execute(f"LOAD '{found[0]}'")
+    if s3:
+        con.execute(
+            "CREATE SECRET s (TYPE S3, KEY_ID ?, SECRET ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL false, REGION ?)",
+            [s3["key"], s3["secret"], s3["endpoint"], s3.get("region", "us-east-1")],
+        )
+    return con
+
+
+def main():
+    reader, args = sys.argv[1], json.loads(sys.argv[2])
+    if reader.startswith("duckdb"):
+        con = duckdb_connect(args.get("s3"))
+        sql = args["sql"].replace("$T", f"iceberg_scan('{args['metadata']}')")
+        cur = con.execute(sql)
+        cols = [d[0] for d in cur.description]
+        rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+    else:
+        from pyiceberg.catalog import load_catalog
+        if reader == "pyiceberg-sql":
+            cat = load_catalog("floe", type="sql", uri=args["uri"], warehouse=args["warehouse"])
+        else:
+            cat = load_catalog("rest", type="rest", uri=args["uri"], **args.get("props", {}))
+        table = cat.load_table(args["table"])
+        rows = table.scan().to_arrow().to_pylist()
+        rows.sort(key=lambda r: json.dumps(jsonable(r), sort_keys=True))
+    print(json.dumps({"rows": jsonable(rows), "count": len(rows)}, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
