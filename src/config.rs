@@ -31,6 +31,8 @@ pub struct Config {
     pub parquet: ParquetConfig,
     #[serde(default)]
     pub json: JsonConfig,
+    /// Worker threads of the process-wide runtime (set by the first writer opened).
+    pub runtime_threads: Option<usize>,
 }
 
 fn yes() -> bool {

@@ -10,6 +10,7 @@ pub mod shred;
 pub use error::{Error, ErrorKind, Result};
 pub mod catalog;
 pub mod commit;
+pub mod ffi;
 pub mod partition_spec;
 pub mod storage;
 pub mod write;

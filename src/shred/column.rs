@@ -449,8 +449,7 @@ impl Column {
         };
         r.begin_object()?;
         let mut first = true;
-        loop {
-            let Some(k) = r.next_key(first)? else { break };
+        while let Some(k) = r.next_key(first)? {
             first = false;
             key.push_scalar(Token::String(k))?;
             value.decode(r)?;
@@ -661,8 +660,7 @@ impl StructData {
         r.begin_object()?;
         let mut first = true;
         let mut guess = 0;
-        loop {
-            let Some(key) = r.next_key(first)? else { break };
+        while let Some(key) = r.next_key(first)? {
             first = false;
             match self.lookup(key, guess) {
                 Some(i) => {

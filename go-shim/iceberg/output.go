@@ -1,0 +1,408 @@
+// Package iceberg registers floe's `iceberg` batch output with a Benthos v4 host.
+//
+// Field names follow the Redpanda Connect iceberg output so existing YAML runs
+// unchanged; fields floe does not support yet fail lint with a clear message. The
+// parsed config is handed to libfloe as JSON; each WriteBatch is one cgo call.
+package iceberg
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/floe-dev/floe/go-shim/floe"
+	"github.com/redpanda-data/benthos/v4/public/service"
+)
+
+const (
+	fCatalog       = "catalog"
+	fNamespace     = "namespace"
+	fTable         = "table"
+	fCaseSensitive = "case_sensitive_columns"
+	fRowOperation  = "row_operation"
+	fIdentifiers   = "identifier_fields"
+	fMergeStrategy = "merge_strategy"
+	fStorage       = "storage"
+	fEvolution     = "schema_evolution"
+	fCommit        = "commit"
+	fParquet       = "parquet"
+	fJSON          = "json"
+	fBatching      = "batching"
+	fRuntime       = "runtime_threads"
+)
+
+// unsupported names fields of the compatible config surface that floe refuses for now.
+var unsupported = map[string]string{
+	"catalog.auth.aws_sigv4":                   "SigV4 catalog auth is not supported by floe yet",
+	"storage.gcp_cloud_storage":                "GCS storage is not supported by floe yet",
+	"storage.azure_blob_storage":               "Azure storage is not supported by floe yet",
+	"schema_evolution.schema_metadata":         "schema_evolution.schema_metadata is not supported by floe yet",
+	"schema_evolution.new_column_type_mapping": "schema_evolution.new_column_type_mapping is not supported by floe yet",
+}
+
+// ConfigSpec is the `iceberg` output's spec.
+func ConfigSpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Services").
+		Summary("Writes message batches to Apache Iceberg tables through floe's Rust data plane.").
+		Description("Each batch is shredded from JSON to Arrow, written as Parquet and committed as one snapshot per table. Without `catalog.url`, an embedded SQLite catalog in `./warehouse` is used.").
+		Fields(
+			service.NewObjectField(fCatalog,
+				service.NewStringField("url").Description("REST catalog URL (http/https), or `sqlite:<path>` for the embedded catalog. Empty: embedded catalog in the warehouse folder.").Default(""),
+				service.NewStringField("warehouse").Description("REST: warehouse name. Embedded: folder or s3:// URL holding the tables.").Default(""),
+				service.NewObjectField("auth",
+					service.NewObjectField("oauth2",
+						service.NewStringField("server_uri").Default("/v1/oauth/tokens"),
+						service.NewStringField("client_id").Default(""),
+						service.NewStringField("client_secret").Secret().Default(""),
+						service.NewStringField("scope").Default(""),
+					).Optional(),
+					service.NewStringField("bearer").Secret().Optional(),
+					service.NewAnyField("aws_sigv4").Optional(),
+				).Optional(),
+				service.NewStringMapField("headers").Default(map[string]any{}),
+				service.NewBoolField("tls_skip_verify").Default(false),
+			).Default(map[string]any{}),
+			service.NewInterpolatedStringField(fNamespace).Description("Namespace; dots separate levels."),
+			service.NewInterpolatedStringField(fTable).Description("Table name."),
+			service.NewBoolField(fCaseSensitive).Default(true),
+			service.NewInterpolatedStringField(fRowOperation).Default("insert").Description("Only `insert` is supported so far."),
+			service.NewStringListField(fIdentifiers).Default([]any{}),
+			service.NewStringEnumField(fMergeStrategy, "merge-on-read", "copy-on-write").Default("merge-on-read"),
+			service.NewObjectField(fStorage,
+				service.NewObjectField("aws_s3",
+					service.NewStringField("bucket").Default(""),
+					service.NewStringField("region").Default(""),
+					service.NewStringField("endpoint").Default(""),
+					service.NewBoolField("force_path_style_urls").Default(false),
+					service.NewObjectField("credentials",
+						service.NewStringField("id").Default(""),
+						service.NewStringField("secret").Secret().Default(""),
+						service.NewStringField("token").Secret().Default(""),
+					).Optional(),
+				).Optional(),
+				service.NewAnyField("gcp_cloud_storage").Optional(),
+				service.NewAnyField("azure_blob_storage").Optional(),
+			).Default(map[string]any{}),
+			service.NewObjectField(fEvolution,
+				service.NewBoolField("enabled").Default(false),
+				service.NewStringField("partition_spec").Default(""),
+				service.NewStringField("table_location").Default(""),
+				service.NewAnyField("schema_metadata").Optional(),
+				service.NewAnyField("new_column_type_mapping").Optional(),
+			).Default(map[string]any{}),
+			service.NewObjectField(fCommit,
+				service.NewDurationField("max_snapshot_age").Default("24h"),
+				service.NewBoolField("manifest_merge_enabled").Default(true),
+				service.NewIntField("max_retries").Default(3),
+				service.NewBoolField("cleanup_on_failure").Default(true),
+			).Default(map[string]any{}).Description("Accepted for compatibility; snapshot expiry and manifest merging are not performed yet."),
+			service.NewObjectField(fParquet,
+				service.NewStringEnumField("string_encoding", "", "delta_length_byte_array", "plain").Default(""),
+				service.NewStringEnumField("compression", "", "zstd", "snappy", "lz4", "gzip", "uncompressed").Default(""),
+				service.NewIntField("compression_level").Default(0),
+				service.NewIntField("row_group_size").Default(0),
+				service.NewIntField("page_size").Default(0),
+				service.NewIntField("target_file_size_bytes").Default(0),
+			).Default(map[string]any{}),
+			service.NewObjectField(fJSON,
+				service.NewStringEnumField("epoch_unit", "s", "ms", "us", "ns").Default("ms").Description("Unit of epoch numbers given for timestamp columns."),
+			).Default(map[string]any{}),
+			service.NewIntField(fRuntime).Default(0).Advanced().Description("Worker threads of floe's runtime (0: one per core)."),
+			service.NewOutputMaxInFlightField(),
+			service.NewBatchPolicyField(fBatching),
+		).
+		LintRule(`root = [
+  if this.catalog.auth.aws_sigv4 != null { "` + unsupported["catalog.auth.aws_sigv4"] + `" },
+  if this.storage.gcp_cloud_storage != null { "` + unsupported["storage.gcp_cloud_storage"] + `" },
+  if this.storage.azure_blob_storage != null { "` + unsupported["storage.azure_blob_storage"] + `" },
+  if this.schema_evolution.schema_metadata != null { "` + unsupported["schema_evolution.schema_metadata"] + `" },
+  if this.schema_evolution.new_column_type_mapping != null { "` + unsupported["schema_evolution.new_column_type_mapping"] + `" },
+  if (this.identifier_fields | []).length() > 0 { "identifier_fields (upserts) are not supported by floe yet" },
+  if (this.row_operation | "insert") != "insert" { "row_operation other than insert is not supported by floe yet" },
+].filter(x -> x != null)`)
+}
+
+func init() {
+	err := service.RegisterBatchOutput("iceberg", ConfigSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
+			maxInFlight, err := conf.FieldMaxInFlight()
+			if err != nil {
+				return nil, service.BatchPolicy{}, 0, err
+			}
+			policy, err := conf.FieldBatchPolicy(fBatching)
+			if err != nil {
+				return nil, service.BatchPolicy{}, 0, err
+			}
+			out, err := newOutput(conf, mgr)
+			return out, policy, maxInFlight, err
+		})
+	if err != nil {
+		panic(err)
+	}
+}
+
+type output struct {
+	configJSON []byte
+	namespace  *service.InterpolatedString
+	table      *service.InterpolatedString
+	log        *service.Logger
+
+	rowsInserted   *service.MetricCounter
+	rowsFailed     *service.MetricCounter
+	commitFailures *service.MetricCounter
+	snapshots      *service.MetricCounter
+	writeLatency   *service.MetricTimer
+
+	mu     sync.RWMutex
+	writer *floe.Writer
+}
+
+func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, error) {
+	for path, why := range unsupported {
+		if conf.Contains(splitPath(path)...) {
+			return nil, errors.New(why)
+		}
+	}
+	if ids, _ := conf.FieldStringList(fIdentifiers); len(ids) > 0 {
+		return nil, errors.New("identifier_fields (upserts) are not supported by floe yet")
+	}
+	rowOp, err := conf.FieldInterpolatedString(fRowOperation)
+	if err != nil {
+		return nil, err
+	}
+	if op, static := rowOp.Static(); !static || op != "insert" {
+		return nil, errors.New("row_operation other than insert is not supported by floe yet")
+	}
+	cfg, err := toRustConfig(conf)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := conf.FieldInterpolatedString(fNamespace)
+	if err != nil {
+		return nil, err
+	}
+	tbl, err := conf.FieldInterpolatedString(fTable)
+	if err != nil {
+		return nil, err
+	}
+	m := mgr.Metrics()
+	return &output{
+		configJSON:     cfg,
+		namespace:      ns,
+		table:          tbl,
+		log:            mgr.Logger(),
+		rowsInserted:   m.NewCounter("iceberg_row_operations_total", "operation"),
+		rowsFailed:     m.NewCounter("iceberg_rows_failed_total"),
+		commitFailures: m.NewCounter("iceberg_commit_failures_total"),
+		snapshots:      m.NewCounter("iceberg_snapshots_total"),
+		writeLatency:   m.NewTimer("iceberg_write_batch_latency_ns"),
+	}, nil
+}
+
+func splitPath(p string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(p); i++ {
+		if p[i] == '.' {
+			out = append(out, p[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, p[start:])
+}
+
+func (o *output) Connect(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.writer != nil {
+		return nil
+	}
+	w, err := floe.Open(o.configJSON)
+	if err != nil {
+		var fe *floe.Error
+		if errors.As(err, &fe) && fe.Status == floe.StatusUnavailable {
+			return fmt.Errorf("%w: %v", service.ErrNotConnected, err)
+		}
+		return err
+	}
+	o.writer = w
+	o.log.Infof("iceberg output connected")
+	return nil
+}
+
+// tableNames evaluates per-message namespace/table, or returns nil when both are static
+// (the config JSON already carries them).
+func (o *output) tableNames(batch service.MessageBatch) (ns, tbl []string, err error) {
+	_, nsStatic := o.namespace.Static()
+	_, tblStatic := o.table.Static()
+	if nsStatic && tblStatic {
+		return nil, nil, nil
+	}
+	ns = make([]string, len(batch))
+	tbl = make([]string, len(batch))
+	for i, m := range batch {
+		if ns[i], err = o.namespace.TryString(m); err != nil {
+			return nil, nil, fmt.Errorf("namespace interpolation: %w", err)
+		}
+		if tbl[i], err = o.table.TryString(m); err != nil {
+			return nil, nil, fmt.Errorf("table interpolation: %w", err)
+		}
+	}
+	return ns, tbl, nil
+}
+
+func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+	o.mu.RLock()
+	w := o.writer
+	o.mu.RUnlock()
+	if w == nil {
+		return service.ErrNotConnected
+	}
+	payloads := make([][]byte, len(batch))
+	for i, m := range batch {
+		b, err := m.AsBytes()
+		if err != nil {
+			return err
+		}
+		payloads[i] = b
+	}
+	ns, tbl, err := o.tableNames(batch)
+	if err != nil {
+		return err
+	}
+	start := nowNanos()
+	res, err := w.Write(ctx, floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl})
+	o.writeLatency.Timing(nowNanos() - start)
+	if err != nil {
+		o.commitFailures.Incr(1)
+		var fe *floe.Error
+		if errors.As(err, &fe) && fe.Status == floe.StatusUnavailable {
+			return fmt.Errorf("%w: %v", service.ErrNotConnected, err)
+		}
+		return err
+	}
+	o.rowsInserted.Incr(int64(res.Rows), "insert")
+	o.snapshots.Incr(int64(res.Snapshots))
+	if res.FailedCount == 0 {
+		return nil
+	}
+	o.rowsFailed.Incr(int64(res.FailedCount))
+	var batchErr *service.BatchError
+	for i, f := range res.Failures {
+		if f == nil {
+			continue
+		}
+		if batchErr == nil {
+			batchErr = service.NewBatchError(batch, fmt.Errorf("%d of %d messages failed: %w", res.FailedCount, len(batch), f))
+		}
+		batchErr = batchErr.Failed(i, f)
+	}
+	return batchErr
+}
+
+func (o *output) Close(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.writer != nil {
+		err := o.writer.Close()
+		o.writer = nil
+		return err
+	}
+	return nil
+}
+
+// toRustConfig maps the parsed YAML onto libfloe's JSON config, leaving out unset
+// optional values so libfloe's defaults (and the table's properties) apply.
+func toRustConfig(conf *service.ParsedConfig) ([]byte, error) {
+	str := func(path ...string) string {
+		s, _ := conf.FieldString(path...)
+		return s
+	}
+	out := map[string]any{}
+	catalog := map[string]any{}
+	setIf(catalog, "url", str(fCatalog, "url"))
+	setIf(catalog, "warehouse", str(fCatalog, "warehouse"))
+	if h, err := conf.FieldStringMap(fCatalog, "headers"); err == nil && len(h) > 0 {
+		catalog["headers"] = h
+	}
+	if b, err := conf.FieldBool(fCatalog, "tls_skip_verify"); err == nil && b {
+		catalog["tls_skip_verify"] = true
+	}
+	auth := map[string]any{}
+	if conf.Contains(fCatalog, "auth", "bearer") {
+		auth["bearer"] = str(fCatalog, "auth", "bearer")
+	}
+	if conf.Contains(fCatalog, "auth", "oauth2") {
+		o := map[string]any{
+			"server_uri":    str(fCatalog, "auth", "oauth2", "server_uri"),
+			"client_id":     str(fCatalog, "auth", "oauth2", "client_id"),
+			"client_secret": str(fCatalog, "auth", "oauth2", "client_secret"),
+		}
+		setIf(o, "scope", str(fCatalog, "auth", "oauth2", "scope"))
+		auth["oauth2"] = o
+	}
+	if len(auth) > 0 {
+		catalog["auth"] = auth
+	}
+	out["catalog"] = catalog
+
+	if conf.Contains(fStorage, "aws_s3") {
+		s3 := map[string]any{}
+		for _, k := range []string{"bucket", "region", "endpoint"} {
+			setIf(s3, k, str(fStorage, "aws_s3", k))
+		}
+		if b, _ := conf.FieldBool(fStorage, "aws_s3", "force_path_style_urls"); b {
+			s3["force_path_style_urls"] = true
+		}
+		if conf.Contains(fStorage, "aws_s3", "credentials") {
+			c := map[string]any{"id": str(fStorage, "aws_s3", "credentials", "id"), "secret": str(fStorage, "aws_s3", "credentials", "secret")}
+			setIf(c, "token", str(fStorage, "aws_s3", "credentials", "token"))
+			s3["credentials"] = c
+		}
+		out["storage"] = map[string]any{"aws_s3": s3}
+	}
+	for _, f := range []string{fNamespace, fTable} {
+		is, err := conf.FieldInterpolatedString(f)
+		if err != nil {
+			return nil, err
+		}
+		if v, static := is.Static(); static {
+			out[f] = v
+		}
+	}
+	if b, _ := conf.FieldBool(fCaseSensitive); !b {
+		out[fCaseSensitive] = false
+	}
+	evo := map[string]any{}
+	if b, _ := conf.FieldBool(fEvolution, "enabled"); b {
+		evo["enabled"] = true
+	}
+	setIf(evo, "partition_spec", str(fEvolution, "partition_spec"))
+	setIf(evo, "table_location", str(fEvolution, "table_location"))
+	out[fEvolution] = evo
+
+	pq := map[string]any{}
+	setIf(pq, "string_encoding", str(fParquet, "string_encoding"))
+	setIf(pq, "compression", str(fParquet, "compression"))
+	for _, k := range []string{"compression_level", "row_group_size", "page_size", "target_file_size_bytes"} {
+		if v, _ := conf.FieldInt(fParquet, k); v > 0 {
+			pq[k] = v
+		}
+	}
+	out[fParquet] = pq
+	out[fJSON] = map[string]any{"epoch_unit": str(fJSON, "epoch_unit")}
+	if n, _ := conf.FieldInt(fRuntime); n > 0 {
+		out[fRuntime] = n
+	}
+	return json.Marshal(out)
+}
+
+func setIf(m map[string]any, k, v string) {
+	if v != "" {
+		m[k] = v
+	}
+}

@@ -1,0 +1,239 @@
+package iceberg
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
+	"github.com/redpanda-data/benthos/v4/public/service"
+)
+
+func outputYAML(warehouse, extra string) string {
+	return fmt.Sprintf(`
+iceberg:
+  catalog:
+    warehouse: %q
+  namespace: gotest
+  table: events
+  schema_evolution:
+    enabled: true
+  max_in_flight: 2
+%s`, warehouse, extra)
+}
+
+// readCount reads the table back with pyiceberg (an independent reader).
+func readCount(t *testing.T, warehouse, table string) int {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "tests", "support", "read_table.py")
+	args, _ := json.Marshal(map[string]string{
+		"uri":       "sqlite:///" + filepath.Join(warehouse, "catalog.db"),
+		"warehouse": "file://" + warehouse,
+		"table":     table,
+	})
+	out, err := exec.Command("python3", script, "pyiceberg-sql", string(args)).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("reader failed: %s", ee.Stderr)
+		}
+		t.Fatal(err)
+	}
+	var res struct{ Count int }
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res.Count
+}
+
+func buildStream(t *testing.T, yaml string) (*service.Stream, service.MessageBatchHandlerFunc) {
+	t.Helper()
+	b := service.NewStreamBuilder()
+	send, err := b.AddBatchProducerFunc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddOutputYAML(yaml); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, send
+}
+
+func batchOf(msgs ...string) service.MessageBatch {
+	var b service.MessageBatch
+	for _, m := range msgs {
+		b = append(b, service.NewMessage([]byte(m)))
+	}
+	return b
+}
+
+func TestAckAfterCommitAndPerMessageFailure(t *testing.T) {
+	wh := t.TempDir()
+	s, send := buildStream(t, outputYAML(wh, ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go func() { _ = s.Run(ctx) }()
+
+	if err := send(ctx, batchOf(`{"id": 1, "name": "a"}`, `{"id": 2, "name": "b"}`)); err != nil {
+		t.Fatalf("good batch nacked: %v", err)
+	}
+	if got := readCount(t, wh, "gotest.events"); got != 2 {
+		t.Fatalf("after ack, table has %d rows, want 2", got)
+	}
+
+	// A partly bad batch is nacked (only its bad messages are replayed by the host)...
+	if err := send(ctx, batchOf(`{"id": 3}`, `{"id": "three"}`, `not json`, `{"id": 4}`)); err == nil {
+		t.Fatal("a batch with bad messages must be nacked")
+	}
+	// ...and its good messages are committed.
+	if got := readCount(t, wh, "gotest.events"); got != 4 {
+		t.Fatalf("good messages of a partly bad batch must commit: %d rows, want 4", got)
+	}
+	_ = s.Stop(ctx)
+}
+
+func newTestOutput(t *testing.T, yaml string) *output {
+	t.Helper()
+	conf, err := ConfigSpec().ParseYAML(yaml, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := newOutput(conf, service.MockResources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = out.Close(context.Background()) })
+	return out
+}
+
+func TestWriteBatchNamesExactlyTheFailedMessages(t *testing.T) {
+	wh := t.TempDir()
+	out := newTestOutput(t, fmt.Sprintf("catalog: {warehouse: %q}\nnamespace: gotest\ntable: t\nschema_evolution: {enabled: true}\n", wh))
+	batch := batchOf(`{"id": 3}`, `{"id": "three"}`, `not json`, `{"id": 4}`)
+	indexer := batch.Index()
+	err := out.WriteBatch(context.Background(), batch)
+	var be *service.BatchError
+	if !errors.As(err, &be) {
+		t.Fatalf("want a BatchError, got %v", err)
+	}
+	failed := map[int]string{}
+	if be.IndexedErrors() != 2 {
+		t.Fatalf("want exactly 2 indexed errors, got %d", be.IndexedErrors())
+	}
+	be.WalkMessagesIndexedBy(indexer, func(i int, _ *service.Message, err error) bool {
+		if err != nil {
+			failed[i] = err.Error()
+		}
+		return true
+	})
+	if len(failed) != 2 || !strings.Contains(failed[1], "field `id`") || !strings.Contains(failed[2], "invalid JSON") {
+		t.Fatalf("unexpected failures: %v", failed)
+	}
+	if got := readCount(t, wh, "gotest.t"); got != 2 {
+		t.Fatalf("%d rows committed, want 2", got)
+	}
+}
+
+func TestPerMessageTablesFromInterpolation(t *testing.T) {
+	wh := t.TempDir()
+	out := newTestOutput(t, fmt.Sprintf("catalog: {warehouse: %q}\nnamespace: gotest\ntable: '${! json(\"kind\") }'\nschema_evolution: {enabled: true}\n", wh))
+	batch := batchOf(`{"kind": "a", "v": 1}`, `{"kind": "b", "v": 2}`, `{"kind": "a", "v": 3}`)
+	if err := out.WriteBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := readCount(t, wh, "gotest.a"), readCount(t, wh, "gotest.b"); a != 2 || b != 1 {
+		t.Fatalf("rows per table: a=%d b=%d, want 2 and 1", a, b)
+	}
+}
+
+func TestCancellationReturnsPromptly(t *testing.T) {
+	wh := t.TempDir()
+	s, send := buildStream(t, outputYAML(wh, ""))
+	runCtx, stop := context.WithTimeout(context.Background(), 60*time.Second)
+	defer stop()
+	go func() { _ = s.Run(runCtx) }()
+	ctx, cancel := context.WithCancel(runCtx)
+	cancel()
+	err := send(ctx, batchOf(`{"id": 1}`))
+	if err == nil {
+		t.Fatal("a cancelled send must not be acknowledged")
+	}
+	_ = s.Stop(runCtx)
+}
+
+func TestUnsupportedFieldsFailLint(t *testing.T) {
+	cases := map[string]string{
+		"gcs":    "  storage:\n    gcp_cloud_storage:\n      bucket: b\n",
+		"upsert": "  identifier_fields: [id]\n",
+		"rowop":  "  row_operation: upsert\n",
+		"sigv4":  "  catalog:\n    auth:\n      aws_sigv4:\n        region: us-east-1\n",
+	}
+	for name, extra := range cases {
+		t.Run(name, func(t *testing.T) {
+			yaml := "iceberg:\n  namespace: a\n  table: b\n" + extra
+			b := service.NewStreamBuilder()
+			err := b.AddOutputYAML(yaml)
+			if err == nil {
+				_, err = b.Build()
+			}
+			if err == nil || !strings.Contains(err.Error(), "not supported by floe yet") {
+				t.Fatalf("want a clear lint error, got %v", err)
+			}
+		})
+	}
+}
+
+func TestConfigMapsToRust(t *testing.T) {
+	conf, err := ConfigSpec().ParseYAML(`
+catalog:
+  url: http://127.0.0.1:8181
+  warehouse: wh
+  auth:
+    bearer: SECRET
+namespace: a.b
+table: ${! meta("t") }
+storage:
+  aws_s3:
+    bucket: bk
+    endpoint: http://127.0.0.1:8333
+    force_path_style_urls: true
+    credentials: {id: k, secret: s}
+parquet:
+  compression: zstd
+  compression_level: 3
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := toRustConfig(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	_ = json.Unmarshal(raw, &got)
+	if got["namespace"] != "a.b" || got["table"] != nil {
+		t.Fatalf("static namespace must pass, interpolated table must not: %s", raw)
+	}
+	s3 := got["storage"].(map[string]any)["aws_s3"].(map[string]any)
+	if s3["force_path_style_urls"] != true || s3["endpoint"] != "http://127.0.0.1:8333" {
+		t.Fatalf("storage not mapped: %s", raw)
+	}
+	if got["parquet"].(map[string]any)["compression_level"] != float64(3) {
+		t.Fatalf("parquet not mapped: %s", raw)
+	}
+}

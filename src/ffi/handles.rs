@@ -1,0 +1,381 @@
+//! The C objects: errors, cancellation tokens, writers and batch results.
+
+use std::ffi::{CString, c_char};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use tokio::runtime::Runtime;
+use tokio::sync::Notify;
+
+use super::{FloeStatus, fail, ffi_boundary, invalid};
+use crate::config::Config;
+use crate::error::{Error, ErrorKind};
+use crate::writer::{Message, Writer};
+
+/// An error: a status code and a UTF-8 message. Owned by the caller; free with
+/// `floe_error_free`. Safe to read from any thread.
+pub struct FloeError {
+    status: FloeStatus,
+    message: CString,
+}
+
+impl FloeError {
+    pub(crate) fn new(status: FloeStatus, message: String) -> Self {
+        let message = CString::new(message.replace('\0', " ")).expect("NULs removed");
+        FloeError { status, message }
+    }
+}
+
+/// The status code of `err` (`FLOE_STATUS_INTERNAL` for NULL).
+///
+/// # Safety
+/// Each pointer argument must be NULL or a live object obtained from floe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_error_status(err: *const FloeError) -> FloeStatus {
+    // SAFETY: NULL or a pointer from floe that has not been freed.
+    unsafe { err.as_ref() }.map_or(FloeStatus::Internal, |e| e.status)
+}
+
+/// The message of `err`, NUL-terminated, valid until `floe_error_free(err)`; "" for NULL.
+///
+/// # Safety
+/// Each pointer argument must be NULL or a live object obtained from floe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_error_message(err: *const FloeError) -> *const c_char {
+    // SAFETY: NULL or a pointer from floe that has not been freed.
+    match unsafe { err.as_ref() } {
+        Some(e) => e.message.as_ptr(),
+        None => c"".as_ptr(),
+    }
+}
+
+/// Frees an error. NULL is accepted.
+///
+/// # Safety
+/// Each pointer argument must be NULL or a live object obtained from floe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_error_free(err: *mut FloeError) {
+    if !err.is_null() {
+        // SAFETY: a pointer floe returned, freed once by contract.
+        drop(unsafe { Box::from_raw(err) });
+    }
+}
+
+/// A cancellation token. Any thread may fire it while another thread is blocked in a
+/// call that was given it. Free with `floe_cancel_token_free` after every call using it
+/// has returned.
+pub struct FloeCancelToken {
+    fired: AtomicBool,
+    notify: Notify,
+}
+
+impl FloeCancelToken {
+    async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.fired.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn floe_cancel_token_new() -> *mut FloeCancelToken {
+    Box::into_raw(Box::new(FloeCancelToken {
+        fired: AtomicBool::new(false),
+        notify: Notify::new(),
+    }))
+}
+
+/// Fires the token: calls waiting on it return `FLOE_STATUS_CANCELLED` as soon as they
+/// can. Thread-safe; firing twice is harmless. NULL is ignored.
+///
+/// # Safety
+/// Each pointer argument must be NULL or a live object obtained from floe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_cancel_token_cancel(token: *const FloeCancelToken) {
+    // SAFETY: NULL or a live token.
+    if let Some(t) = unsafe { token.as_ref() } {
+        t.fired.store(true, Ordering::Release);
+        t.notify.notify_waiters();
+    }
+}
+
+///
+/// # Safety
+/// Each pointer argument must be NULL or a live object obtained from floe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_cancel_token_free(token: *mut FloeCancelToken) {
+    if !token.is_null() {
+        // SAFETY: a pointer floe returned, freed once by contract.
+        drop(unsafe { Box::from_raw(token) });
+    }
+}
+
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// The process-wide runtime, sized by the first writer's `runtime_threads` (default:
+/// one worker per core).
+fn runtime(threads: Option<usize>) -> Result<&'static Runtime, (FloeStatus, String)> {
+    if let Some(rt) = RUNTIME.get() {
+        return Ok(rt);
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("floe");
+    if let Some(n) = threads {
+        builder.worker_threads(n.max(1));
+    }
+    let rt = builder
+        .build()
+        .map_err(|e| (FloeStatus::Internal, format!("cannot start runtime: {e}")))?;
+    Ok(RUNTIME.get_or_init(|| rt))
+}
+
+/// A writer for one configuration. Many threads may call `floe_writer_write` on the same
+/// writer at once. Free with `floe_writer_free` once no call is using it.
+pub struct FloeWriter {
+    inner: Arc<Writer>,
+}
+
+/// Opens a writer from a JSON config (`config_json`, `config_len` bytes, UTF-8).
+/// On success stores a new writer in `*writer_out`.
+///
+/// # Safety
+/// `config_json` must point to `config_len` readable bytes; `writer_out` must be valid
+/// for a write; `err_out` NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_writer_open(
+    config_json: *const u8,
+    config_len: usize,
+    writer_out: *mut *mut FloeWriter,
+    err_out: *mut *mut FloeError,
+) -> FloeStatus {
+    ffi_boundary(err_out, || {
+        if config_json.is_null() || writer_out.is_null() {
+            return Err(invalid("floe_writer_open: NULL argument"));
+        }
+        // SAFETY: the caller guarantees `config_len` readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(config_json, config_len) };
+        let text = std::str::from_utf8(bytes).map_err(|_| invalid("config is not UTF-8"))?;
+        let config = Config::from_json(text).map_err(fail)?;
+        let rt = runtime(config.runtime_threads)?;
+        let writer = rt.block_on(Writer::open(config)).map_err(fail)?;
+        let handle = Box::new(FloeWriter {
+            inner: Arc::new(writer),
+        });
+        // SAFETY: checked non-NULL above.
+        unsafe { *writer_out = Box::into_raw(handle) };
+        Ok(())
+    })
+}
+
+/// Closes and frees a writer. Data of calls that returned is already committed. NULL is
+/// accepted.
+///
+/// # Safety
+/// Each pointer argument must be NULL or a live object obtained from floe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_writer_free(writer: *mut FloeWriter) {
+    if !writer.is_null() {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: a pointer floe returned, freed once by contract.
+            drop(unsafe { Box::from_raw(writer) });
+        }));
+    }
+}
+
+/// A batch of messages laid out for one call: message `i` is
+/// `data[offsets[i] .. offsets[i+1]]`. `namespaces`/`tables` are optional (NULL when the
+/// config's value applies to every message); when given they use the same layout with
+/// their own offsets, and an empty entry means "use the config's value".
+#[repr(C)]
+pub struct FloeBatch {
+    pub data: *const u8,
+    /// `count + 1` offsets into `data`, non-decreasing.
+    pub offsets: *const usize,
+    pub count: usize,
+    pub namespaces: *const u8,
+    pub namespace_offsets: *const usize,
+    pub tables: *const u8,
+    pub table_offsets: *const usize,
+}
+
+/// What one write did. Free with `floe_batch_result_free`.
+pub struct FloeBatchResult {
+    failures: Vec<Option<FloeError>>,
+    rows_committed: usize,
+    snapshots: usize,
+}
+
+/// Slices message `i` out of a buffer with `count + 1` offsets.
+///
+/// # Safety
+/// `data` must cover `offsets[count]` bytes and `offsets` `count + 1` entries.
+unsafe fn strings<'a>(
+    data: *const u8,
+    offsets: *const usize,
+    count: usize,
+) -> Result<Vec<&'a [u8]>, (FloeStatus, String)> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if data.is_null() || offsets.is_null() {
+        return Err(invalid("batch buffer or offsets is NULL"));
+    }
+    // SAFETY: guaranteed by the caller.
+    let offsets = unsafe { std::slice::from_raw_parts(offsets, count + 1) };
+    if offsets.windows(2).any(|w| w[0] > w[1]) {
+        return Err(invalid("batch offsets decrease"));
+    }
+    // SAFETY: guaranteed by the caller.
+    let data = unsafe { std::slice::from_raw_parts(data, offsets[count]) };
+    Ok(offsets.windows(2).map(|w| &data[w[0]..w[1]]).collect())
+}
+
+fn optional_names<'a>(
+    data: *const u8,
+    offsets: *const usize,
+    count: usize,
+) -> Result<Option<Vec<&'a str>>, (FloeStatus, String)> {
+    if offsets.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: same contract as the messages.
+    let raw = unsafe { strings(data, offsets, count) }?;
+    raw.into_iter()
+        .map(|b| std::str::from_utf8(b).map_err(|_| invalid("table or namespace is not UTF-8")))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// Writes and commits a batch, blocking until every table it touches has committed.
+///
+/// On `FLOE_STATUS_OK`, `*result_out` receives the per-message outcome: some messages may
+/// still have failed (see `floe_batch_result_failure`); all others are committed. Any
+/// other status means nothing is known to be committed and the whole batch should be
+/// retried. `cancel` may be NULL.
+///
+/// # Safety
+/// `writer` must be a live writer; `batch` must describe readable memory as documented
+/// on `FloeBatch`; `result_out` valid for a write; `err_out` NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_writer_write(
+    writer: *const FloeWriter,
+    batch: *const FloeBatch,
+    cancel: *const FloeCancelToken,
+    result_out: *mut *mut FloeBatchResult,
+    err_out: *mut *mut FloeError,
+) -> FloeStatus {
+    ffi_boundary(err_out, || {
+        // SAFETY: NULL or live pointers by contract.
+        let (Some(writer), Some(batch)) = (unsafe { writer.as_ref() }, unsafe { batch.as_ref() })
+        else {
+            return Err(invalid("floe_writer_write: NULL writer or batch"));
+        };
+        if result_out.is_null() {
+            return Err(invalid("floe_writer_write: NULL result_out"));
+        }
+        // SAFETY: the caller describes the batch memory.
+        let payloads = unsafe { strings(batch.data, batch.offsets, batch.count) }?;
+        let namespaces = optional_names(batch.namespaces, batch.namespace_offsets, batch.count)?;
+        let tables = optional_names(batch.tables, batch.table_offsets, batch.count)?;
+        let pick = |v: &Option<Vec<&'static str>>, i: usize| {
+            v.as_ref().map(|v| v[i]).filter(|s| !s.is_empty())
+        };
+        let messages: Vec<Message> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Message {
+                payload: p,
+                namespace: pick(&namespaces, i),
+                table: pick(&tables, i),
+            })
+            .collect();
+        // SAFETY: NULL or a live token.
+        let cancel = unsafe { cancel.as_ref() };
+        let rt = runtime(None)?;
+        let outcome = rt.block_on(async {
+            let write = writer.inner.write_batch(&messages);
+            match cancel {
+                None => Ok(write.await),
+                Some(token) => tokio::select! {
+                    out = write => Ok(out),
+                    () = token.cancelled() => Err(Error::new(ErrorKind::Cancelled, "write cancelled; its outcome is unknown")),
+                },
+            }
+        });
+        let outcome = outcome.map_err(fail)?;
+        let result = FloeBatchResult {
+            failures: outcome
+                .failures
+                .into_iter()
+                .map(|f| f.map(|e| FloeError::new(e.kind().into(), e.to_string())))
+                .collect(),
+            rows_committed: outcome.rows_committed,
+            snapshots: outcome.snapshots,
+        };
+        // SAFETY: checked non-NULL above.
+        unsafe { *result_out = Box::into_raw(Box::new(result)) };
+        Ok(())
+    })
+}
+
+/// The error of message `index`, or NULL when it was committed (or `index` is out of
+/// range). The error is owned by the result: do not free it.
+///
+/// # Safety
+/// Each pointer argument must be NULL or a live object obtained from floe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_batch_result_failure(
+    result: *const FloeBatchResult,
+    index: usize,
+) -> *const FloeError {
+    // SAFETY: NULL or a live result.
+    unsafe { result.as_ref() }
+        .and_then(|r| r.failures.get(index))
+        .and_then(Option::as_ref)
+        .map_or(std::ptr::null(), |e| e as *const FloeError)
+}
+
+/// How many messages of the batch failed.
+///
+/// # Safety
+/// Each pointer argument must be NULL or a live object obtained from floe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_batch_result_failed_count(result: *const FloeBatchResult) -> usize {
+    // SAFETY: NULL or a live result.
+    unsafe { result.as_ref() }.map_or(0, |r| r.failures.iter().filter(|f| f.is_some()).count())
+}
+
+/// Rows committed by the call.
+///
+/// # Safety
+/// Each pointer argument must be NULL or a live object obtained from floe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_batch_result_rows(result: *const FloeBatchResult) -> usize {
+    // SAFETY: NULL or a live result.
+    unsafe { result.as_ref() }.map_or(0, |r| r.rows_committed)
+}
+
+/// Snapshots committed by the call.
+///
+/// # Safety
+/// Each pointer argument must be NULL or a live object obtained from floe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_batch_result_snapshots(result: *const FloeBatchResult) -> usize {
+    // SAFETY: NULL or a live result.
+    unsafe { result.as_ref() }.map_or(0, |r| r.snapshots)
+}
+
+///
+/// # Safety
+/// Each pointer argument must be NULL or a live object obtained from floe.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_batch_result_free(result: *mut FloeBatchResult) {
+    if !result.is_null() {
+        // SAFETY: a pointer floe returned, freed once by contract.
+        drop(unsafe { Box::from_raw(result) });
+    }
+}
