@@ -31,6 +31,8 @@ pub struct Config {
     pub parquet: ParquetConfig,
     #[serde(default)]
     pub json: JsonConfig,
+    #[serde(default)]
+    pub commit: CommitConfig,
     /// Worker threads of the process-wide runtime (set by the first writer opened).
     pub runtime_threads: Option<usize>,
 }
@@ -182,6 +184,27 @@ pub struct ParquetConfig {
     pub dictionary: Option<bool>,
     pub target_file_size_bytes: Option<usize>,
     pub string_encoding: Option<StringEncoding>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitConfig {
+    /// Retries after a conflict (or an unknown outcome that turned out not committed),
+    /// each rebuilt on the new table head after an exponential, jittered backoff.
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+}
+
+fn default_max_retries() -> u32 {
+    3
+}
+
+impl Default for CommitConfig {
+    fn default() -> Self {
+        CommitConfig {
+            max_retries: default_max_retries(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]

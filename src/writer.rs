@@ -39,8 +39,13 @@ pub struct BatchOutcome {
     pub snapshots: usize,
 }
 
-/// How many times a commit is rebuilt on a newer table head after a conflict.
-const MAX_COMMIT_ATTEMPTS: usize = 4;
+/// Backoff before retry `attempt` (1-based): full jitter over 50 ms · 2^attempt, capped
+/// at 5 s, so racing writers spread out instead of colliding again.
+fn backoff(attempt: u32) -> std::time::Duration {
+    let ceiling_ms = (50u64 << attempt.min(7)).min(5_000);
+    let jitter = uuid::Uuid::new_v4().as_u64_pair().0 % (ceiling_ms + 1);
+    std::time::Duration::from_millis(jitter)
+}
 
 struct TableState {
     table: LoadedTable,
@@ -201,8 +206,10 @@ impl Writer {
     async fn commit_append(&self, state: &mut TableState, files: AppendFiles) -> Result<()> {
         let ident = state.table.ident.clone();
         let mut last_error = None;
-        for attempt in 0..MAX_COMMIT_ATTEMPTS {
+        let attempts = self.config.commit.max_retries + 1;
+        for attempt in 0..attempts {
             if attempt > 0 {
+                tokio::time::sleep(backoff(attempt)).await;
                 let fresh = self.catalog.load_table(&ident).await?.ok_or_else(|| {
                     Error::new(ErrorKind::NotFound, format!("table {ident} was dropped"))
                 })?;
@@ -234,7 +241,7 @@ impl Writer {
             }
         }
         Err(last_error.expect("loop ran").context(format!(
-            "commit to {ident} failed after {MAX_COMMIT_ATTEMPTS} attempts"
+            "commit to {ident} failed after {attempts} attempts"
         )))
     }
 

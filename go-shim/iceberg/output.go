@@ -99,7 +99,7 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewBoolField("manifest_merge_enabled").Default(true),
 				service.NewIntField("max_retries").Default(3),
 				service.NewBoolField("cleanup_on_failure").Default(true),
-			).Default(map[string]any{}).Description("Accepted for compatibility; snapshot expiry and manifest merging are not performed yet."),
+			).Default(map[string]any{}).Description("`max_retries` bounds conflict retries (exponential backoff with jitter). `max_snapshot_age`, `manifest_merge_enabled` and `cleanup_on_failure` are accepted for compatibility but not acted on yet."),
 			service.NewObjectField(fParquet,
 				service.NewStringEnumField("string_encoding", "", "delta_length_byte_array", "plain").Default(""),
 				service.NewStringEnumField("compression", "", "zstd", "snappy", "lz4", "gzip", "uncompressed").Default(""),
@@ -395,6 +395,12 @@ func toRustConfig(conf *service.ParsedConfig) ([]byte, error) {
 	}
 	out[fParquet] = pq
 	out[fJSON] = map[string]any{"epoch_unit": str(fJSON, "epoch_unit")}
+	if n, err := conf.FieldInt(fCommit, "max_retries"); err == nil {
+		if n < 0 {
+			return nil, errors.New("commit.max_retries must not be negative")
+		}
+		out[fCommit] = map[string]any{"max_retries": n}
+	}
 	if n, _ := conf.FieldInt(fRuntime); n > 0 {
 		out[fRuntime] = n
 	}

@@ -203,6 +203,16 @@ impl RestCatalog {
         unreachable!("loop returns")
     }
 
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
+        let url = format!("{}/namespaces/{}", self.base, encode_namespace(namespace));
+        let response = self.send(Method::GET, &url, None::<&()>).await?;
+        match response.status() {
+            s if s.is_success() => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            _ => Err(status_error(response, "check namespace").await),
+        }
+    }
+
     fn table_url(&self, ident: &TableIdent) -> String {
         format!(
             "{}/namespaces/{}/tables/{}",
@@ -294,6 +304,9 @@ impl Catalog for RestCatalog {
     }
 
     async fn ensure_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
+        if self.namespace_exists(namespace).await? {
+            return Ok(());
+        }
         let body = serde_json::json!({ "namespace": namespace.as_ref(), "properties": {} });
         let response = self
             .send(
@@ -305,12 +318,21 @@ impl Catalog for RestCatalog {
         if response.status() == StatusCode::CONFLICT {
             return Ok(());
         }
-        expect_ok(
+        match expect_ok(
             response,
             &format!("create namespace {}", namespace.as_ref().join(".")),
         )
-        .await?;
-        Ok(())
+        .await
+        {
+            Ok(_) => Ok(()),
+            // A concurrent creator may have won in a way the server reports badly
+            // (some servers answer 500 to a duplicate insert): believe what is there.
+            Err(e) if self.namespace_exists(namespace).await.unwrap_or(false) => {
+                tracing::debug!("namespace created concurrently: {e}");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     async fn create_table(&self, ident: &TableIdent, table: NewTable) -> Result<LoadedTable> {
@@ -334,9 +356,17 @@ impl Catalog for RestCatalog {
                 Error::internal(format!("table {ident} exists but cannot be loaded"))
             });
         }
-        let response = expect_ok(response, &format!("create table {ident}")).await?;
-        let result: LoadTableResult = parse_json(response, "create table").await?;
-        Ok(Self::loaded(ident, result))
+        match expect_ok(response, &format!("create table {ident}")).await {
+            Ok(response) => {
+                let result: LoadTableResult = parse_json(response, "create table").await?;
+                Ok(Self::loaded(ident, result))
+            }
+            // As for namespaces: a concurrent creator may have won.
+            Err(e) => match self.load_table(ident).await {
+                Ok(Some(table)) => Ok(table),
+                _ => Err(e),
+            },
+        }
     }
 
     async fn commit(

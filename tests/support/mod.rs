@@ -31,3 +31,77 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// Endpoints of the SeaweedFS + REST fixture instance shared by one test binary.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Services {
+    pub s3_endpoint: String,
+    pub rest_url: String,
+    pub bucket: String,
+    pub access_key: String,
+    pub secret_key: String,
+    pub region: String,
+}
+
+/// Starts (once per test binary) `e2e/services.py serve`, which installs what is
+/// missing, starts SeaweedFS and the REST fixture on 127.0.0.1, and stops them by PID
+/// when this process exits.
+pub fn services() -> &'static Services {
+    use std::io::BufRead;
+    use std::sync::OnceLock;
+    static SERVICES: OnceLock<Services> = OnceLock::new();
+    SERVICES.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/services.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg("serve")
+            .arg("--parent-pid")
+            .arg(std::process::id().to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 e2e/services.py starts");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
+        assert!(
+            !line.is_empty(),
+            "services did not start (see output above)"
+        );
+        // The child outlives this function; it stops itself when this process exits.
+        std::mem::forget(child);
+        serde_json::from_str(&line).expect("services print their endpoints")
+    })
+}
+
+impl Services {
+    /// floe config fragment for this REST catalog + S3.
+    pub fn floe_config(&self) -> Value {
+        serde_json::json!({
+            "catalog": {"url": self.rest_url},
+            "storage": {"aws_s3": {
+                "bucket": self.bucket, "region": self.region, "endpoint": self.s3_endpoint,
+                "force_path_style_urls": true,
+                "credentials": {"id": self.access_key, "secret": self.secret_key}
+            }}
+        })
+    }
+
+    pub fn pyiceberg_args(&self, table: &str) -> Value {
+        serde_json::json!({
+            "uri": self.rest_url,
+            "table": table,
+            "props": {
+                "s3.endpoint": self.s3_endpoint, "s3.access-key-id": self.access_key,
+                "s3.secret-access-key": self.secret_key, "s3.region": self.region,
+                "s3.path-style-access": "true"
+            }
+        })
+    }
+
+    pub fn duckdb_s3(&self) -> Value {
+        serde_json::json!({"key": self.access_key, "secret": self.secret_key,
+                           "endpoint": self.s3_endpoint, "region": self.region})
+    }
+}

