@@ -79,3 +79,44 @@ def test_lint_refuses_unsupported_fields(tmp_path):
     res = subprocess.run([FLOE, "lint", str(cfg)], capture_output=True, text=True)
     assert res.returncode != 0
     assert "Azure storage is not supported by floe yet" in res.stdout + res.stderr
+
+
+def test_generate_100k_into_rest_catalog_on_s3(tmp_path, services):
+    out = f"""iceberg:
+  catalog:
+    url: {services['rest_url']}
+  namespace: e2e
+  table: events_rest
+  storage:
+    aws_s3:
+      bucket: {services['bucket']}
+      region: {services['region']}
+      endpoint: {services['s3_endpoint']}
+      force_path_style_urls: true
+      credentials:
+        id: {services['access_key']}
+        secret: {services['secret_key']}
+  schema_evolution:
+    enabled: true
+    partition_spec: "(event_type)"
+  max_in_flight: 4
+  batching:
+    count: 10000
+"""
+    res = run_floe(tmp_path, pipeline(out, 100_000))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert services["secret_key"] not in res.stdout + res.stderr
+    from pyiceberg.catalog import load_catalog
+    cat = load_catalog("rest", type="rest", uri=services["rest_url"], **{
+        "s3.endpoint": services["s3_endpoint"], "s3.access-key-id": services["access_key"],
+        "s3.secret-access-key": services["secret_key"], "s3.region": services["region"],
+        "s3.path-style-access": "true"})
+    table = cat.load_table("e2e.events_rest")
+    con = duckdb_connect({"key": services["access_key"], "secret": services["secret_key"],
+                          "endpoint": services["s3_endpoint"], "region": services["region"]})
+    n, ids, types, lo, hi = con.execute(
+        f"SELECT count(*), count(DISTINCT id), count(DISTINCT event_type), min(id), max(id) "
+        f"FROM iceberg_scan('{table.metadata_location}')").fetchone()
+    assert (n, ids, types, lo, hi) == (100_000, 100_000, 5, 1, 100_000)
+    summary = table.current_snapshot().summary
+    assert int(summary["total-records"]) == 100_000
