@@ -53,6 +53,29 @@ impl Peek {
     }
 }
 
+/// Bytes that need a closer look inside a string: '"', '\\' and control characters.
+#[inline]
+fn word_needs_attention(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
+    (has_zero(w ^ (ONES * b'"' as u64)) | has_zero(w ^ (ONES * b'\\' as u64)) | below_space) != 0
+}
+
+/// Advances over whole 8-byte words of plain string content.
+#[inline]
+fn skip_plain_words(b: &[u8], mut i: usize) -> usize {
+    while let Some(chunk) = b.get(i..i + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        if word_needs_attention(w) {
+            break;
+        }
+        i += 8;
+    }
+    i
+}
+
 /// Where a string's text lives: in the input (no escapes) or in the scratch buffer.
 #[derive(Clone, Copy)]
 enum Span {
@@ -192,8 +215,8 @@ impl<'a> Reader<'a> {
             }
         }
         self.pos = i;
-        // The input is a validated str and we stopped on ASCII boundaries.
-        Ok(std::str::from_utf8(&b[start..i]).expect("ascii number"))
+        // SAFETY: the grammar above accepted only ASCII bytes.
+        Ok(unsafe { std::str::from_utf8_unchecked(&b[start..i]) })
     }
 
     /// Reads a string, unescaping it. The result borrows the input when the string has
@@ -205,10 +228,13 @@ impl<'a> Reader<'a> {
 
     fn resolve(&self, span: Span) -> &str {
         match span {
-            Span::Input(start, end) => {
-                std::str::from_utf8(&self.bytes[start..end]).expect("validated utf-8")
-            }
-            Span::Scratch => std::str::from_utf8(&self.scratch).expect("unescaped utf-8"),
+            // SAFETY: `bytes` came from a `&str`, and a span starts after and ends before an
+            // ASCII quote, so it lies on character boundaries.
+            Span::Input(start, end) => unsafe {
+                std::str::from_utf8_unchecked(&self.bytes[start..end])
+            },
+            // SAFETY: scratch holds input slices cut at ASCII bytes plus encoded `char`s.
+            Span::Scratch => unsafe { std::str::from_utf8_unchecked(&self.scratch) },
         }
     }
 
@@ -447,6 +473,33 @@ mod tests {
         assert!(Reader::new(r#""\ud83d""#).read_string().is_err());
         assert!(Reader::new("\"abc").read_string().is_err());
         assert!(Reader::new("\"a\u{1}\"").read_string().is_err());
+    }
+
+    #[test]
+    fn word_scan_finds_quotes_escapes_and_controls_anywhere() {
+        for pos in 0..20 {
+            let mut body = "abcdefghijklmnopqrstuvwxyz".to_string();
+            body.insert(pos, '\\');
+            body.insert(pos + 1, 'n');
+            let text = format!("\"{body}\"");
+            let want = body.replacen("\\n", "\n", 1);
+            assert_eq!(
+                Reader::new(&text).read_string().unwrap(),
+                want,
+                "escape at {pos}"
+            );
+            let mut bad = "abcdefghijklmnopqrstuvwxyz".to_string();
+            bad.insert(pos, '\u{1f}');
+            assert!(
+                Reader::new(&format!("\"{bad}\"")).read_string().is_err(),
+                "control at {pos}"
+            );
+            let plain = "é".repeat(pos) + "xyz";
+            assert_eq!(
+                Reader::new(&format!("\"{plain}\"")).read_string().unwrap(),
+                plain
+            );
+        }
     }
 
     #[test]
