@@ -128,9 +128,104 @@ pub fn parse_time(text: &str) -> Result<i64, String> {
     Ok(t.num_seconds_from_midnight() as i64 * 1_000_000 + (t.nanosecond() / 1_000) as i64)
 }
 
+/// Days from 1970-01-01 to the given proleptic Gregorian date (Howard Hinnant's
+/// days-from-civil), for the fast timestamp path.
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn digits(b: &[u8]) -> Option<i64> {
+    b.iter().try_fold(0i64, |acc, &c| {
+        c.is_ascii_digit().then(|| acc * 10 + (c - b'0') as i64)
+    })
+}
+
+/// The common shape `YYYY-MM-DDTHH:MM:SS[.f{1,9}](Z|±HH:MM)` without a general parser;
+/// `None` sends anything else (or anything invalid) to chrono for a precise verdict.
+fn fast_rfc3339(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let (year, month, day) = (digits(&b[0..4])?, digits(&b[5..7])?, digits(&b[8..10])?);
+    let (hour, minute, second) = (
+        digits(&b[11..13])?,
+        digits(&b[14..16])?,
+        digits(&b[17..19])?,
+    );
+    let month_days = [
+        31,
+        28 + i64::from(year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)),
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&month)
+        || day < 1
+        || day > month_days[month as usize - 1]
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return None;
+    }
+    let mut i = 19;
+    let mut micros = 0i64;
+    if b.get(i) == Some(&b'.') {
+        let start = i + 1;
+        i = start;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        let frac = &b[start..i];
+        if frac.is_empty() || frac.len() > 9 {
+            return None;
+        }
+        let kept = &frac[..frac.len().min(6)];
+        micros = digits(kept)? * 10i64.pow(6 - kept.len() as u32);
+    }
+    let offset_seconds = match &b[i..] {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let hours = digits(&[*h1, *h2])?;
+            let minutes = digits(&[*m1, *m2])?;
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            let total = hours * 3600 + minutes * 60;
+            if *sign == b'-' { -total } else { total }
+        }
+        _ => return None,
+    };
+    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second
+        - offset_seconds;
+    Some(seconds * 1_000_000 + micros)
+}
+
 /// RFC 3339 text to microseconds since the epoch (UTC). For `timestamp` (no zone) a
 /// string without an offset is read as-is; one with an offset is converted to UTC.
 pub fn parse_timestamp(text: &str, with_zone: bool) -> Result<i64, String> {
+    if let Some(micros) = fast_rfc3339(text) {
+        return Ok(micros);
+    }
     if let Ok(dt) = DateTime::parse_from_rfc3339(text) {
         return Ok(dt.timestamp_micros());
     }
@@ -241,5 +336,33 @@ mod tests {
         assert_eq!(epoch_to_micros("1500", EpochUnit::Ms).unwrap(), 1_500_000);
         assert_eq!(epoch_to_micros("1.5", EpochUnit::S).unwrap(), 1_500_000);
         assert!(epoch_to_micros("9223372036854775807", EpochUnit::S).is_err());
+    }
+
+    #[test]
+    fn fast_timestamps_agree_with_chrono() {
+        let samples = [
+            "1970-01-01T00:00:00Z",
+            "2024-02-29T23:59:59.999999Z",
+            "1969-12-31T23:59:59.5-01:30",
+            "2000-03-01T00:00:00+14:00",
+            "1600-01-01T00:00:00.123456789Z",
+            "2026-11-29t21:45:57.1z",
+            "9999-12-31 23:59:59+00:00",
+            "0001-01-01T00:00:00Z",
+        ];
+        for s in samples {
+            let chrono = DateTime::parse_from_rfc3339(s).unwrap().timestamp_micros();
+            assert_eq!(fast_rfc3339(s), Some(chrono), "{s}");
+        }
+        for bad in [
+            "2023-02-29T00:00:00Z",
+            "2024-13-01T00:00:00Z",
+            "2024-01-01T24:00:00Z",
+            "2024-01-01T00:00:00",
+            "2024-01-01T00:00:00.Z",
+            "2024-01-01T00:00:00+0100",
+        ] {
+            assert_eq!(fast_rfc3339(bad), None, "{bad}");
+        }
     }
 }

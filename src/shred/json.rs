@@ -246,8 +246,9 @@ impl<'a> Reader<'a> {
         self.pos += 1;
         let start = self.pos;
         let b = self.bytes;
-        // Fast path: scan to the closing quote; fall back to unescaping at the first '\'.
-        let mut i = start;
+        // Fast path: skip plain content a word at a time, then find the closing quote;
+        // fall back to unescaping at the first backslash.
+        let mut i = skip_plain_words(b, start);
         loop {
             match b.get(i) {
                 Some(b'"') => {
