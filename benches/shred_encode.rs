@@ -1,6 +1,6 @@
 //! Shred → encode throughput on 1,000,000 events of ~142 B (the reference shape).
 //!
-//! `cargo bench --bench shred_encode [-- --rows N --runs R]` prints, per stage, the
+//! `cargo bench --bench shred_encode [-- --rows N --runs R --batch B]` prints, per stage, the
 //! median [min–max] over R runs after one warm-up, in rows/s and MB/s of JSON, on one
 //! core (everything runs on the calling thread). Nothing is asserted.
 
@@ -70,6 +70,28 @@ fn shred_all(shredder: &mut Shredder, msgs: &[String], batch: usize) -> Vec<Reco
         .collect()
 }
 
+/// The peer: arrow-json's generic decoder on the same messages (newline-delimited), into
+/// the same Arrow schema. It has no per-message error isolation.
+fn arrow_json_all(
+    schema: &arrow_schema::SchemaRef,
+    msgs: &[String],
+    batch: usize,
+) -> Vec<RecordBatch> {
+    msgs.chunks(batch)
+        .map(|c| {
+            let mut decoder = arrow_json::ReaderBuilder::new(schema.clone())
+                .with_batch_size(batch)
+                .build_decoder()
+                .unwrap();
+            for m in c {
+                decoder.decode(m.as_bytes()).unwrap();
+                decoder.decode(b"\n").unwrap();
+            }
+            decoder.flush().unwrap().unwrap()
+        })
+        .collect()
+}
+
 fn encode_all(batches: &[RecordBatch]) -> usize {
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap()))
@@ -89,8 +111,10 @@ fn summary(mut xs: Vec<f64>) -> (f64, f64, f64) {
 }
 
 fn main() {
-    let rows = arg("--rows", 1_000_000);
-    let runs = arg("--runs", 5);
+    // `cargo test --all-targets` runs bench binaries without `--bench`: smoke-test only.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let rows = arg("--rows", if smoke { 2_000 } else { 1_000_000 });
+    let runs = arg("--runs", if smoke { 1 } else { 5 });
     let batch = arg("--batch", 10_000);
     let msgs = events(rows);
     let bytes: usize = msgs.iter().map(String::len).sum();
@@ -103,35 +127,55 @@ fn main() {
         case_sensitive: true,
     };
     let mut shredder = Shredder::new(schema(), opts).unwrap();
-    let (mut shred_t, mut encode_t, mut total_t) = (vec![], vec![], vec![]);
+    let arrow_schema = shredder.arrow_schema().clone();
+    let stages = [
+        "floe shred",
+        "arrow-json decode",
+        "encode (zstd-1)",
+        "floe shred + encode",
+        "arrow-json + encode",
+    ];
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); stages.len()];
     let mut parquet_bytes = 0;
+    // floe and the peer run alternately within every run, so a drifting machine speed
+    // affects both alike.
     for run in 0..=runs {
         let t0 = Instant::now();
         let batches = shred_all(&mut shredder, &msgs, batch);
         let t1 = Instant::now();
-        parquet_bytes = encode_all(&batches);
+        let peer = arrow_json_all(&arrow_schema, &msgs, batch);
         let t2 = Instant::now();
+        parquet_bytes = encode_all(&batches);
+        let t3 = Instant::now();
+        assert_eq!(peer.iter().map(RecordBatch::num_rows).sum::<usize>(), rows);
         if run > 0 {
-            shred_t.push((t1 - t0).as_secs_f64());
-            encode_t.push((t2 - t1).as_secs_f64());
-            total_t.push((t2 - t0).as_secs_f64());
+            let shred = (t1 - t0).as_secs_f64();
+            let decode = (t2 - t1).as_secs_f64();
+            let encode = (t3 - t2).as_secs_f64();
+            let all = [shred, decode, encode, shred + encode, decode + encode];
+            for (slot, t) in times.iter_mut().zip(all) {
+                slot.push(t);
+            }
         }
     }
-    for (name, times) in [
-        ("shred", shred_t),
-        ("encode (zstd-1)", encode_t),
-        ("shred + encode", total_t),
-    ] {
-        let rates: Vec<f64> = times.iter().map(|t| rows as f64 / t).collect();
+    let mut medians = Vec::new();
+    for (name, stage_times) in stages.iter().zip(&times) {
+        let rates: Vec<f64> = stage_times.iter().map(|t| rows as f64 / t).collect();
         let (med, lo, hi) = summary(rates);
+        medians.push(med);
         println!(
-            "{name:>16}: {:>6.2}M rows/s [{:.2}–{:.2}]  {:>6.1} MB/s of JSON",
+            "{name:>20}: {:>6.2}M rows/s [{:.2}–{:.2}]  {:>6.1} MB/s of JSON",
             med / 1e6,
             lo / 1e6,
             hi / 1e6,
             med * bytes as f64 / rows as f64 / 1e6
         );
     }
+    println!(
+        "floe / arrow-json: shred {:.2}×, with encode {:.2}×",
+        medians[0] / medians[1],
+        medians[3] / medians[4]
+    );
     println!(
         "parquet output: {:.1} MB ({:.1}× smaller than the JSON)",
         parquet_bytes as f64 / 1e6,

@@ -59,7 +59,8 @@ typedef struct floe_writer floe_writer;
 // A batch of messages laid out for one call: message `i` is
 // `data[offsets[i] .. offsets[i+1]]`. `namespaces`/`tables` are optional (NULL when the
 // config's value applies to every message); when given they use the same layout with
-// their own offsets, and an empty entry means "use the config's value".
+// their own offsets, and an empty entry means "use the config's value". `operations`
+// likewise (NULL or empty entries: `insert`).
 typedef struct floe_batch {
   const uint8_t *data;
   // `count + 1` offsets into `data`, non-decreasing.
@@ -69,6 +70,9 @@ typedef struct floe_batch {
   const size_t *namespace_offsets;
   const uint8_t *tables;
   const size_t *table_offsets;
+  // Per-message row operation (`insert`; empty = `insert`), same layout; may be NULL.
+  const uint8_t *operations;
+  const size_t *operation_offsets;
 } floe_batch;
 
 #ifdef __cplusplus

@@ -29,6 +29,20 @@ pub struct Message<'a> {
     pub payload: &'a [u8],
     pub namespace: Option<&'a str>,
     pub table: Option<&'a str>,
+    /// `insert` (the default when `None`); upserts and deletes are not supported yet.
+    pub operation: Option<&'a str>,
+}
+
+impl<'a> Message<'a> {
+    /// An insert into the config's default table.
+    pub fn insert(payload: &'a [u8]) -> Self {
+        Message {
+            payload,
+            namespace: None,
+            table: None,
+            operation: None,
+        }
+    }
 }
 
 /// What happened to a batch: per message, `None` for committed or the reason it was not.
@@ -113,6 +127,13 @@ impl Writer {
         let mut failures: Vec<Option<Error>> = vec![None; messages.len()];
         let mut groups: HashMap<TableIdent, Vec<usize>> = HashMap::new();
         for (i, m) in messages.iter().enumerate() {
+            if let Some(op) = m.operation.filter(|op| !op.eq_ignore_ascii_case("insert")) {
+                failures[i] = Some(Error::new(
+                    ErrorKind::Data,
+                    format!("message {i}: row_operation {op:?} is not supported yet (only insert)"),
+                ));
+                continue;
+            }
             match self.resolve_ident(m) {
                 Ok(ident) => groups.entry(ident).or_default().push(i),
                 Err(e) => failures[i] = Some(e),

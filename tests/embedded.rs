@@ -74,11 +74,7 @@ fn embedded_catalog_round_trip_with_independent_readers() {
         .unwrap();
     let messages: Vec<Message> = MESSAGES
         .iter()
-        .map(|m| Message {
-            payload: m.as_bytes(),
-            namespace: None,
-            table: None,
-        })
+        .map(|m| Message::insert(m.as_bytes()))
         .collect();
     let outcome = rt.block_on(writer.write_batch(&messages));
     let failed: Vec<usize> = (0..4).filter(|&i| outcome.failures[i].is_some()).collect();
@@ -169,11 +165,7 @@ fn partitioned_table_and_inferred_schema() {
     for chunk in events.chunks(250) {
         let msgs: Vec<Message> = chunk
             .iter()
-            .map(|m| Message {
-                payload: m.as_bytes(),
-                namespace: None,
-                table: None,
-            })
+            .map(|m| Message::insert(m.as_bytes()))
             .collect();
         let out = rt.block_on(writer.write_batch(&msgs));
         assert!(

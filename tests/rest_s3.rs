@@ -33,11 +33,7 @@ fn schema() -> Value {
 fn messages(texts: &[String]) -> Vec<Message<'_>> {
     texts
         .iter()
-        .map(|t| Message {
-            payload: t.as_bytes(),
-            namespace: None,
-            table: None,
-        })
+        .map(|t| Message::insert(t.as_bytes()))
         .collect()
 }
 
@@ -126,14 +122,7 @@ fn concurrent_writers_on_one_table_lose_nothing() {
     rt.block_on(async {
         let calls = writers.iter().zip(&texts).flat_map(|(w, t)| {
             t.chunks(1).map(move |c| async move {
-                let msgs: Vec<Message> = c
-                    .iter()
-                    .map(|t| Message {
-                        payload: t.as_bytes(),
-                        namespace: None,
-                        table: None,
-                    })
-                    .collect();
+                let msgs: Vec<Message> = c.iter().map(|t| Message::insert(t.as_bytes())).collect();
                 w.write_batch(&msgs).await
             })
         });

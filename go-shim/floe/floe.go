@@ -108,6 +108,8 @@ type Batch struct {
 	Messages   [][]byte
 	Namespaces []string
 	Tables     []string
+	// Operations is nil for all-inserts, else one entry per message ("" = insert).
+	Operations []string
 }
 
 // Result tells, per message, whether it was committed.
@@ -179,6 +181,11 @@ func (w *Writer) Write(ctx context.Context, b Batch) (*Result, error) {
 		ts := newCBuffer(b.Tables)
 		defer ts.free()
 		batch.tables, batch.table_offsets = (*C.uint8_t)(ts.data), (*C.size_t)(ts.offsets)
+	}
+	if b.Operations != nil {
+		ops := newCBuffer(b.Operations)
+		defer ops.free()
+		batch.operations, batch.operation_offsets = (*C.uint8_t)(ops.data), (*C.size_t)(ops.offsets)
 	}
 
 	token := C.floe_cancel_token_new()

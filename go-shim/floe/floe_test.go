@@ -61,6 +61,20 @@ func TestWriteReportsPerMessageOutcomes(t *testing.T) {
 	}
 }
 
+func TestUnsupportedOperationFailsOnlyThatMessage(t *testing.T) {
+	w := openTemp(t)
+	res, err := w.Write(context.Background(), Batch{
+		Messages:   [][]byte{[]byte(`{"id": 1}`), []byte(`{"id": 2}`)},
+		Operations: []string{"insert", "upsert"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != 1 || res.Failures[0] != nil || res.Failures[1] == nil {
+		t.Fatalf("unexpected result: %+v", res)
+	}
+}
+
 func TestConcurrentWritesOnOneWriter(t *testing.T) {
 	w := openTemp(t)
 	var wg sync.WaitGroup

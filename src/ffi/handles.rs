@@ -189,7 +189,8 @@ pub unsafe extern "C" fn floe_writer_free(writer: *mut FloeWriter) {
 /// A batch of messages laid out for one call: message `i` is
 /// `data[offsets[i] .. offsets[i+1]]`. `namespaces`/`tables` are optional (NULL when the
 /// config's value applies to every message); when given they use the same layout with
-/// their own offsets, and an empty entry means "use the config's value".
+/// their own offsets, and an empty entry means "use the config's value". `operations`
+/// likewise (NULL or empty entries: `insert`).
 #[repr(C)]
 pub struct FloeBatch {
     pub data: *const u8,
@@ -200,6 +201,9 @@ pub struct FloeBatch {
     pub namespace_offsets: *const usize,
     pub tables: *const u8,
     pub table_offsets: *const usize,
+    /// Per-message row operation (`insert`; empty = `insert`), same layout; may be NULL.
+    pub operations: *const u8,
+    pub operation_offsets: *const usize,
 }
 
 /// What one write did. Free with `floe_batch_result_free`.
@@ -281,6 +285,7 @@ pub unsafe extern "C" fn floe_writer_write(
         let payloads = unsafe { strings(batch.data, batch.offsets, batch.count) }?;
         let namespaces = optional_names(batch.namespaces, batch.namespace_offsets, batch.count)?;
         let tables = optional_names(batch.tables, batch.table_offsets, batch.count)?;
+        let operations = optional_names(batch.operations, batch.operation_offsets, batch.count)?;
         let pick = |v: &Option<Vec<&'static str>>, i: usize| {
             v.as_ref().map(|v| v[i]).filter(|s| !s.is_empty())
         };
@@ -291,6 +296,7 @@ pub unsafe extern "C" fn floe_writer_write(
                 payload: p,
                 namespace: pick(&namespaces, i),
                 table: pick(&tables, i),
+                operation: pick(&operations, i),
             })
             .collect();
         // SAFETY: NULL or a live token.

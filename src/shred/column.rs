@@ -20,7 +20,7 @@ use arrow_schema::{DataType, FieldRef, Fields};
 use iceberg::spec::{NestedField, PrimitiveType, Type};
 
 use super::convert::{self, EpochUnit};
-use super::json::{Peek, Reader, SyntaxError};
+use super::json::{Key, Peek, Reader, SyntaxError};
 
 /// What went wrong in one message, before the message index is attached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +44,8 @@ pub struct DecodeOptions {
 
 /// One JSON scalar as the reader saw it.
 enum Token<'a> {
-    Number(&'a str),
+    /// The literal, and its value when it is a plain integer.
+    Number(&'a str, Option<i64>),
     String(&'a str),
     Bool(bool),
 }
@@ -52,7 +53,7 @@ enum Token<'a> {
 impl Token<'_> {
     fn describe(&self) -> &'static str {
         match self {
-            Token::Number(_) => "a number",
+            Token::Number(..) => "a number",
             Token::String(_) => "a string",
             Token::Bool(_) => "a boolean",
         }
@@ -103,6 +104,8 @@ enum Data {
 
 struct StructData {
     children: Vec<Column>,
+    /// Each child's name as raw JSON key bytes, when it needs no escaping.
+    plain_names: Vec<Option<Box<[u8]>>>,
     /// Child index by name (lower-cased when matching is case-insensitive).
     by_name: HashMap<String, usize>,
     /// `seen[i] == stamp` when child `i` was set in the object being decoded.
@@ -116,7 +119,9 @@ pub struct Column {
     path: String,
     required: bool,
     arrow: FieldRef,
-    validity: BooleanBufferBuilder,
+    /// Validity bits, materialised at the first null: columns that never see a null
+    /// (the common case) skip a bit operation per value.
+    validity: Option<BooleanBufferBuilder>,
     nulls: usize,
     len: usize,
     epoch_unit: EpochUnit,
@@ -136,7 +141,7 @@ impl Column {
             path,
             required: field.required,
             arrow: arrow.clone(),
-            validity: BooleanBufferBuilder::new(0),
+            validity: None,
             nulls: 0,
             len: 0,
             epoch_unit: opts.epoch_unit,
@@ -250,8 +255,8 @@ impl Column {
                 Ok(())
             }
             (Peek::Number, _) => {
-                let text = r.read_number()?;
-                self.push_scalar(Token::Number(text))
+                let (text, int) = r.read_number_value()?;
+                self.push_scalar(Token::Number(text, int))
             }
             (Peek::String, _) => {
                 let text = r.read_string()?;
@@ -296,7 +301,9 @@ impl Column {
     }
 
     fn push_valid(&mut self) {
-        self.validity.append(true);
+        if let Some(v) = &mut self.validity {
+            v.append(true);
+        }
         self.len += 1;
     }
 
@@ -305,11 +312,18 @@ impl Column {
     fn push_null(&mut self) {
         self.push_placeholder();
         if self.required {
-            self.validity.append(true);
-        } else {
-            self.validity.append(false);
-            self.nulls += 1;
+            self.push_valid();
+            return;
         }
+        let len = self.len;
+        self.validity
+            .get_or_insert_with(|| {
+                let mut v = BooleanBufferBuilder::new(len.max(64));
+                v.append_n(len, true);
+                v
+            })
+            .append(false);
+        self.nulls += 1;
         self.len += 1;
     }
 
@@ -340,16 +354,20 @@ impl Column {
                 b.append(*v);
                 Ok(())
             }
-            (Data::Int(v), Token::Number(t) | Token::String(t)) => {
+            (Data::Long(v), Token::Number(_, Some(x))) => {
+                v.push(*x);
+                Ok(())
+            }
+            (Data::Int(v), Token::Number(t, _) | Token::String(t)) => {
                 convert::parse_i32(t).map(|x| v.push(x))
             }
-            (Data::Long(v), Token::Number(t) | Token::String(t)) => {
+            (Data::Long(v), Token::Number(t, _) | Token::String(t)) => {
                 convert::parse_i64(t).map(|x| v.push(x))
             }
-            (Data::Float(v), Token::Number(t) | Token::String(t)) => {
+            (Data::Float(v), Token::Number(t, _) | Token::String(t)) => {
                 convert::parse_f64(t).map(|x| v.push(x as f32))
             }
-            (Data::Double(v), Token::Number(t) | Token::String(t)) => {
+            (Data::Double(v), Token::Number(t, _) | Token::String(t)) => {
                 convert::parse_f64(t).map(|x| v.push(x))
             }
             (
@@ -358,16 +376,16 @@ impl Column {
                     precision,
                     scale,
                 },
-                Token::Number(t) | Token::String(t),
+                Token::Number(t, _) | Token::String(t),
             ) => convert::parse_decimal(t, *precision, *scale).map(|x| values.push(x)),
             (Data::Date(v), Token::String(t)) => convert::parse_date(t).map(|x| v.push(x)),
-            (Data::Date(v), Token::Number(t)) => convert::parse_i32(t).map(|x| v.push(x)),
+            (Data::Date(v), Token::Number(t, _)) => convert::parse_i32(t).map(|x| v.push(x)),
             (Data::Time(v), Token::String(t)) => convert::parse_time(t).map(|x| v.push(x)),
-            (Data::Time(v), Token::Number(t)) => convert::parse_i64(t).map(|x| v.push(x)),
+            (Data::Time(v), Token::Number(t, _)) => convert::parse_i64(t).map(|x| v.push(x)),
             (Data::Timestamp { values, zone }, Token::String(t)) => {
                 convert::parse_timestamp(t, *zone).map(|x| values.push(x))
             }
-            (Data::Timestamp { values, .. }, Token::Number(t)) => {
+            (Data::Timestamp { values, .. }, Token::Number(t, _)) => {
                 convert::epoch_to_micros(t, unit).map(|x| values.push(x))
             }
             (Data::String { offsets, bytes }, Token::String(t)) => {
@@ -463,11 +481,11 @@ impl Column {
         if len >= self.len {
             return;
         }
-        let removed_nulls = (len..self.len)
-            .filter(|&i| !self.validity.get_bit(i))
-            .count();
-        self.nulls -= removed_nulls;
-        self.validity.truncate(len);
+        if let Some(v) = &mut self.validity {
+            let removed_nulls = (len..self.len).filter(|&i| !v.get_bit(i)).count();
+            self.nulls -= removed_nulls;
+            v.truncate(len);
+        }
         self.len = len;
         match &mut self.data {
             Data::Bool(b) => b.truncate(len),
@@ -504,11 +522,13 @@ impl Column {
     }
 
     fn take_nulls(&mut self) -> Option<NullBuffer> {
-        let validity = self.validity.finish();
+        let validity = self.validity.take();
         let had_nulls = self.nulls > 0;
         self.nulls = 0;
         self.len = 0;
-        had_nulls.then(|| NullBuffer::new(validity))
+        validity
+            .filter(|_| had_nulls)
+            .map(|mut v| NullBuffer::new(v.finish()))
     }
 
     /// Moves the buffered values into an Arrow array and leaves the column empty.
@@ -630,7 +650,15 @@ impl StructData {
             .enumerate()
             .map(|(i, f)| (name_key(&f.name, opts.case_sensitive), i))
             .collect();
+        let plain_names = fields
+            .iter()
+            .map(|f| {
+                let plain = f.name.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
+                plain.then(|| f.name.as_bytes().into())
+            })
+            .collect();
         StructData {
+            plain_names,
             seen: vec![0; children.len()],
             children,
             by_name,
@@ -660,22 +688,27 @@ impl StructData {
         r.begin_object()?;
         let mut first = true;
         let mut guess = 0;
-        while let Some(key) = r.next_key(first)? {
+        loop {
+            let expected = self.plain_names.get(guess).and_then(Option::as_deref);
+            let index = match r.next_key_expecting(first, expected)? {
+                Key::End => break,
+                Key::Expected => Some(guess),
+                Key::Other(key) => self.lookup(key, guess),
+            };
             first = false;
-            match self.lookup(key, guess) {
-                Some(i) => {
-                    if self.seen[i] == stamp {
-                        return Err(ValueError::Field {
-                            path: self.children[i].path.clone(),
-                            reason: "field appears twice in one object".into(),
-                        });
-                    }
-                    self.seen[i] = stamp;
-                    self.children[i].decode(r)?;
-                    guess = i + 1;
-                }
-                None => r.skip_value()?,
+            let Some(i) = index else {
+                r.skip_value()?;
+                continue;
+            };
+            if self.seen[i] == stamp {
+                return Err(ValueError::Field {
+                    path: self.children[i].path.clone(),
+                    reason: "field appears twice in one object".into(),
+                });
             }
+            self.seen[i] = stamp;
+            self.children[i].decode(r)?;
+            guess = i + 1;
         }
         for (i, child) in self.children.iter_mut().enumerate() {
             if self.seen[i] != stamp {

@@ -53,27 +53,51 @@ impl Peek {
     }
 }
 
-/// Bytes that need a closer look inside a string: '"', '\\' and control characters.
+/// One bit (the high bit of the byte) per byte of `w` that is '"', '\\' or a control
+/// character. Bits above the lowest one may be false positives (borrows propagate
+/// upwards), but the lowest set bit is always exact, which is all `find_special` uses.
 #[inline]
-fn word_needs_attention(w: u64) -> bool {
+fn special_mask(w: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let zero_bytes = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
     let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
-    (has_zero(w ^ (ONES * b'"' as u64)) | has_zero(w ^ (ONES * b'\\' as u64)) | below_space) != 0
+    zero_bytes(w ^ (ONES * b'"' as u64)) | zero_bytes(w ^ (ONES * b'\\' as u64)) | below_space
 }
 
-/// Advances over whole 8-byte words of plain string content.
+/// Index of the first '"', '\\' or control character at or after `i`, scanning a word at a
+/// time; `None` when the input ends first.
 #[inline]
-fn skip_plain_words(b: &[u8], mut i: usize) -> usize {
+fn find_special(b: &[u8], mut i: usize) -> Option<usize> {
     while let Some(chunk) = b.get(i..i + 8) {
-        let w = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-        if word_needs_attention(w) {
-            break;
+        let mask = special_mask(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        if mask != 0 {
+            return Some(i + (mask.trailing_zeros() / 8) as usize);
         }
         i += 8;
     }
-    i
+    b.get(i..)?
+        .iter()
+        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+        .map(|p| i + p)
+}
+
+/// Byte-wise equality of equally long short slices, without a call into libc's memcmp
+/// (whose call overhead dominates for field names a few bytes long).
+#[inline]
+fn same_short_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// What [`Reader::next_key_expecting`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Key<'k> {
+    /// The expected key (the value follows).
+    Expected,
+    /// Another key (the value follows).
+    Other(&'k str),
+    /// The end of the object (`}` consumed).
+    End,
 }
 
 /// Where a string's text lives: in the input (no escapes) or in the scratch buffer.
@@ -168,6 +192,36 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Returns the text of a number exactly as written, after checking its grammar, and
+    /// its value when it is an integer literal of at most 18 digits (computed while
+    /// scanning, so the common integer never needs a second parse).
+    pub fn read_number_value(&mut self) -> Result<(&'a str, Option<i64>), SyntaxError> {
+        self.skip_ws();
+        let b = self.bytes;
+        let start = self.pos;
+        let mut i = start;
+        let negative = b.get(i) == Some(&b'-');
+        i += usize::from(negative);
+        let digits_start = i;
+        let mut value: i64 = 0;
+        while let Some(d) = b.get(i).filter(|c| c.is_ascii_digit()) {
+            value = value.wrapping_mul(10).wrapping_add((d - b'0') as i64);
+            i += 1;
+        }
+        let n = i - digits_start;
+        let plain_integer = n > 0
+            && n <= 18
+            && (n == 1 || b[digits_start] != b'0')
+            && !matches!(b.get(i), Some(b'.' | b'e' | b'E'));
+        if plain_integer {
+            self.pos = i;
+            // SAFETY: '-' and ASCII digits only.
+            let text = unsafe { std::str::from_utf8_unchecked(&b[start..i]) };
+            return Ok((text, Some(if negative { -value } else { value })));
+        }
+        self.read_number().map(|text| (text, None))
+    }
+
     /// Returns the text of a number exactly as written, after checking its grammar.
     pub fn read_number(&mut self) -> Result<&'a str, SyntaxError> {
         self.skip_ws();
@@ -246,27 +300,22 @@ impl<'a> Reader<'a> {
         self.pos += 1;
         let start = self.pos;
         let b = self.bytes;
-        // Fast path: skip plain content a word at a time, then find the closing quote;
-        // fall back to unescaping at the first backslash.
-        let mut i = skip_plain_words(b, start);
-        loop {
-            match b.get(i) {
-                Some(b'"') => {
-                    self.pos = i + 1;
-                    return Ok(Span::Input(start, i));
-                }
-                Some(b'\\') => break,
-                Some(0..=0x1f) => {
-                    self.pos = i;
-                    return Err(self.error("control character in string"));
-                }
-                Some(_) => i += 1,
-                None => {
-                    self.pos = i;
-                    return Err(self.error("unterminated string"));
-                }
+        // Find the first byte that ends plain content; unescape from there if it is '\\'.
+        let i = match find_special(b, start) {
+            Some(i) if b[i] == b'"' => {
+                self.pos = i + 1;
+                return Ok(Span::Input(start, i));
             }
-        }
+            Some(i) if b[i] == b'\\' => i,
+            Some(i) => {
+                self.pos = i;
+                return Err(self.error("control character in string"));
+            }
+            None => {
+                self.pos = b.len();
+                return Err(self.error("unterminated string"));
+            }
+        };
         self.scratch.clear();
         self.scratch.extend_from_slice(&b[start..i]);
         self.pos = i;
@@ -362,6 +411,65 @@ impl<'a> Reader<'a> {
         self.enter()
     }
 
+    /// Like [`Reader::next_key`], but first tries the key the caller expects, given as
+    /// the raw bytes of a name that needs no escaping: when the input holds exactly that
+    /// key, it is consumed with one comparison instead of being scanned and looked up.
+    pub fn next_key_expecting(
+        &mut self,
+        first: bool,
+        expected: Option<&[u8]>,
+    ) -> Result<Key<'_>, SyntaxError> {
+        if let Some(name) = expected {
+            self.skip_ws();
+            let at_key = match self.bytes.get(self.pos) {
+                Some(b',') if !first => {
+                    self.pos += 1;
+                    self.skip_ws();
+                    true
+                }
+                Some(b'"') if first => true,
+                _ => false,
+            };
+            if at_key {
+                let start = self.pos + 1;
+                let end = start + name.len();
+                if self.bytes.get(self.pos) == Some(&b'"')
+                    && self
+                        .bytes
+                        .get(start..end)
+                        .is_some_and(|key| same_short_bytes(key, name))
+                    && self.bytes.get(end) == Some(&b'"')
+                {
+                    self.pos = end + 1;
+                    self.expect_colon()?;
+                    return Ok(Key::Expected);
+                }
+                // Positioned at the key (after any comma): read it the general way.
+                return self.read_key_after_separator().map(Key::Other);
+            }
+        }
+        self.next_key(first).map(|k| k.map_or(Key::End, Key::Other))
+    }
+
+    fn expect_colon(&mut self) -> Result<(), SyntaxError> {
+        self.skip_ws();
+        if self.bytes.get(self.pos) != Some(&b':') {
+            return Err(self.error("expected ':' after object key"));
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// Reads `"key" :` once positioned at the key.
+    fn read_key_after_separator(&mut self) -> Result<&str, SyntaxError> {
+        if self.bytes.get(self.pos) != Some(&b'"') {
+            return Err(self.error("expected a string key in object"));
+        }
+        let span = self.read_string_span()?;
+        self.expect_colon()?;
+        Ok(self.resolve(span))
+    }
+
     /// Returns the next key of the current object, or `None` after consuming `}`.
     /// `first` is true for the first call after `begin_object`.
     pub fn next_key(&mut self, first: bool) -> Result<Option<&str>, SyntaxError> {
@@ -379,17 +487,7 @@ impl<'a> Reader<'a> {
             _ if first => {}
             _ => return Err(self.error("expected ',' or '}' in object")),
         }
-        let key_ok = self.bytes.get(self.pos) == Some(&b'"');
-        if !key_ok {
-            return Err(self.error("expected a string key in object"));
-        }
-        let span = self.read_string_span()?;
-        self.skip_ws();
-        if self.bytes.get(self.pos) != Some(&b':') {
-            return Err(self.error("expected ':' after object key"));
-        }
-        self.pos += 1;
-        Ok(Some(self.resolve(span)))
+        self.read_key_after_separator().map(Some)
     }
 
     /// Consumes `[`. Then call [`Reader::next_element`] until it returns false.
@@ -468,6 +566,26 @@ mod tests {
     }
 
     #[test]
+    fn integers_are_valued_while_scanning() {
+        fn value(t: &str) -> (&str, Option<i64>) {
+            Reader::new(t).read_number_value().unwrap()
+        }
+        assert_eq!(value("-42"), ("-42", Some(-42)));
+        assert_eq!(value("0"), ("0", Some(0)));
+        assert_eq!(
+            value("123456789012345678"),
+            ("123456789012345678", Some(123_456_789_012_345_678))
+        );
+        assert_eq!(value("1234567890123456789"), ("1234567890123456789", None));
+        assert_eq!(value("1.5"), ("1.5", None));
+        assert_eq!(value("2e3"), ("2e3", None));
+        assert!(Reader::new("-").read_number_value().is_err());
+        assert!(Reader::new("-x").read_number_value().is_err());
+        let mut r = Reader::new("01");
+        assert_eq!(r.read_number_value().unwrap(), ("0", None));
+    }
+
+    #[test]
     fn unescapes_strings_and_surrogates() {
         let mut r = Reader::new(r#""a\"b\\\n\u00e9\ud83d\ude00""#);
         assert_eq!(r.read_string().unwrap(), "a\"b\\\né😀");
@@ -501,6 +619,35 @@ mod tests {
                 plain
             );
         }
+    }
+
+    #[test]
+    fn expected_keys_match_without_lookup_and_others_fall_back() {
+        let mut r = Reader::new(r#"{ "id" : 1, "idx": 2, "i\u0064": 3}"#);
+        r.begin_object().unwrap();
+        assert_eq!(
+            r.next_key_expecting(true, Some(b"id")).unwrap(),
+            Key::Expected
+        );
+        r.skip_value().unwrap();
+        assert_eq!(
+            r.next_key_expecting(false, Some(b"id")).unwrap(),
+            Key::Other("idx")
+        );
+        r.skip_value().unwrap();
+        // An escaped spelling of the expected name is still found, the slow way.
+        assert_eq!(
+            r.next_key_expecting(false, Some(b"id")).unwrap(),
+            Key::Other("id")
+        );
+        r.skip_value().unwrap();
+        assert_eq!(r.next_key_expecting(false, Some(b"id")).unwrap(), Key::End);
+        let mut r = Reader::new(r#"{}"#);
+        r.begin_object().unwrap();
+        assert_eq!(r.next_key_expecting(true, Some(b"id")).unwrap(), Key::End);
+        let mut r = Reader::new(r#"{"a" 1}"#);
+        r.begin_object().unwrap();
+        assert!(r.next_key_expecting(true, Some(b"a")).is_err());
     }
 
     #[test]
