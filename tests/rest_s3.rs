@@ -152,3 +152,52 @@ fn concurrent_writers_on_one_table_lose_nothing() {
     want.sort();
     assert_eq!(ids, want);
 }
+
+#[test]
+fn oauth2_client_credentials_and_extra_headers() {
+    let rt = runtime();
+    let cfg = config(json!({
+        "catalog": {
+            "url": services().rest_url,
+            "warehouse": "ignored-by-the-fixture",
+            "auth": {"oauth2": {"client_id": "floe", "client_secret": "s3cr3t-value", "scope": "catalog"}},
+            "headers": {"X-Floe-Test": "1"}
+        },
+        "namespace": "e2e.auth", "table": "oauth",
+        "schema_evolution": {"enabled": true}
+    }));
+    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    let texts = vec![r#"{"id": 1, "who": "oauth"}"#.to_string()];
+    let out = rt.block_on(writer.write_batch(&messages(&texts)));
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    let py = read_back(
+        "pyiceberg-rest",
+        services().pyiceberg_args("e2e.auth.oauth"),
+    );
+    assert_eq!(py["rows"], json!([{"id": 1, "who": "oauth"}]));
+}
+
+#[test]
+fn errors_never_carry_secrets() {
+    let rt = runtime();
+    // A catalog that is not there: the error names the URL, never the credentials.
+    let cfg = Config::from_json(
+        &json!({
+            "catalog": {"url": "http://127.0.0.1:9", "auth": {"bearer": "tok-VERY-SECRET"}},
+            "storage": {"aws_s3": {"credentials": {"id": "AKIDSECRET", "secret": "SK-SECRET"}}}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let err = rt
+        .block_on(Writer::open(cfg))
+        .err()
+        .expect("no catalog listens on port 9");
+    let text = err.to_string();
+    assert!(text.contains("127.0.0.1:9"), "{text}");
+    assert!(!text.contains("SECRET"), "{text}");
+}
