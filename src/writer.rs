@@ -182,10 +182,27 @@ impl Writer {
             let payloads = idx.iter().map(|&i| messages[i].payload);
             *guard = Some(self.open_table(ident, payloads).await?);
         }
-        let state = guard.as_mut().expect("opened above");
-        let shredded = state
-            .shredder
-            .shred(idx.iter().map(|&i| messages[i].payload));
+        let result = self
+            .write_opened(guard.as_mut().expect("opened above"), messages, idx)
+            .await;
+        if result.is_err() {
+            // Reload everything (schema, spec, settings) before this table's next batch.
+            *guard = None;
+        }
+        result
+    }
+
+    async fn write_opened(
+        &self,
+        state: &mut TableState,
+        messages: &[Message<'_>],
+        idx: &[usize],
+    ) -> Result<GroupResult> {
+        let payloads = idx.iter().map(|&i| messages[i].payload);
+        let shredded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            state.shredder.shred(payloads)
+        }))
+        .map_err(|_| Error::internal("the shredder panicked; this table's state was reset"))?;
         let failures: Vec<(usize, Error)> = shredded
             .errors
             .into_iter()
@@ -209,6 +226,8 @@ impl Writer {
         let files = AppendFiles {
             commit_id: uuid::Uuid::new_v4(),
             data_files,
+            schema_id: state.table.metadata.current_schema_id(),
+            spec_id: state.table.metadata.default_partition_spec_id(),
             properties: HashMap::from([(
                 "floe.version".to_string(),
                 env!("CARGO_PKG_VERSION").to_string(),
@@ -224,21 +243,42 @@ impl Writer {
 
     /// Commits, rebuilding on the new head after a conflict; after an unknown outcome,
     /// looks for the commit id before trying again so rows are never appended twice.
+    /// Commits, rebuilding on the new head after a conflict. After an unknown outcome it
+    /// looks for the commit id before trying again (and once more before giving up), so
+    /// rows are never appended twice; while that stays undecided the error says so.
     async fn commit_append(&self, state: &mut TableState, files: AppendFiles) -> Result<()> {
         let ident = state.table.ident.clone();
-        let mut last_error = None;
+        let mut last_error: Option<Error> = None;
         let attempts = self.config.commit.max_retries + 1;
-        for attempt in 0..attempts {
-            if attempt > 0 {
-                tokio::time::sleep(backoff(attempt)).await;
-                let fresh = self.catalog.load_table(&ident).await?.ok_or_else(|| {
-                    Error::new(ErrorKind::NotFound, format!("table {ident} was dropped"))
-                })?;
-                if find_commit(&fresh.metadata, files.commit_id).is_some() {
-                    state.table = fresh;
+        for attempt in 0..=attempts {
+            if let Some(previous) = &last_error {
+                let fresh = match self.catalog.load_table(&ident).await {
+                    Ok(Some(t)) => t,
+                    Ok(None) => {
+                        return Err(Error::new(
+                            ErrorKind::NotFound,
+                            format!("table {ident} was dropped"),
+                        ));
+                    }
+                    // Cannot look: an unknown outcome stays unknown.
+                    Err(e) if previous.kind() == ErrorKind::CommitStateUnknown => {
+                        return Err(previous
+                            .clone()
+                            .context(format!("and reloading {ident} failed ({e})")));
+                    }
+                    Err(e) => return Err(e),
+                };
+                let found = find_commit(&fresh.metadata, files.commit_id).is_some();
+                state.table = fresh;
+                if found {
                     return Ok(());
                 }
-                state.table = fresh;
+            }
+            if attempt == attempts {
+                break;
+            }
+            if attempt > 0 {
+                tokio::time::sleep(backoff(attempt)).await;
             }
             let prepared = prepare_append(&state.table.metadata, &state.file_io, &files).await?;
             match self

@@ -165,6 +165,11 @@ func (w *Writer) Write(ctx context.Context, b Batch) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	for name, list := range map[string][]string{"Namespaces": b.Namespaces, "Tables": b.Tables, "Operations": b.Operations} {
+		if list != nil && len(list) != len(b.Messages) {
+			return nil, fmt.Errorf("floe: %d %s for %d messages", len(list), name, len(b.Messages))
+		}
+	}
 	msgs := newCBuffer(b.Messages)
 	defer msgs.free()
 	batch := (*C.floe_batch)(C.calloc(1, C.size_t(unsafe.Sizeof(C.floe_batch{}))))

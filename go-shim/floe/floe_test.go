@@ -126,6 +126,14 @@ func TestCancelledContextIsNotWritten(t *testing.T) {
 	}
 }
 
+func TestMismatchedPerMessageListsAreRefused(t *testing.T) {
+	w := openTemp(t)
+	_, err := w.Write(context.Background(), Batch{Messages: [][]byte{[]byte(`{}`), []byte(`{}`)}, Tables: []string{"t"}})
+	if err == nil {
+		t.Fatal("a Tables list shorter than Messages must be refused before calling C")
+	}
+}
+
 func TestEmptyBatchIsANoOp(t *testing.T) {
 	w := openTemp(t)
 	res, err := w.Write(context.Background(), Batch{})

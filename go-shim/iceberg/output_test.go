@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -162,18 +163,34 @@ func TestPerMessageTablesFromInterpolation(t *testing.T) {
 }
 
 func TestCancellationReturnsPromptly(t *testing.T) {
-	wh := t.TempDir()
+	// Not t.TempDir: the host may still be replaying the nacked batch while the stream
+	// is torn down, and a late file must not fail the test's cleanup.
+	wh, err := os.MkdirTemp("", "floe-cancel-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(wh) })
 	s, send := buildStream(t, outputYAML(wh, ""))
 	runCtx, stop := context.WithTimeout(context.Background(), 60*time.Second)
 	defer stop()
-	go func() { _ = s.Run(runCtx) }()
+	done := make(chan struct{})
+	go func() { _ = s.Run(runCtx); close(done) }()
+	// A first batch makes sure the output is connected (no file is still being created
+	// in the background when the temp dir is removed).
+	if err := send(runCtx, batchOf(`{"id": 0}`)); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(runCtx)
 	cancel()
-	err := send(ctx, batchOf(`{"id": 1}`))
-	if err == nil {
+	if err := send(ctx, batchOf(`{"id": 1}`)); err == nil {
 		t.Fatal("a cancelled send must not be acknowledged")
 	}
-	_ = s.Stop(runCtx)
+	// The nacked batch may be in a retry loop: give shutdown a short deadline.
+	stopCtx, stopCancel := context.WithTimeout(runCtx, 3*time.Second)
+	defer stopCancel()
+	_ = s.Stop(stopCtx)
+	stop() // ends Run, so the output has closed its catalog before the temp dir goes
+	<-done
 }
 
 func TestUnsupportedFieldsFailLint(t *testing.T) {

@@ -396,17 +396,29 @@ impl Catalog for RestCatalog {
         };
         let status = response.status();
         if status.is_success() {
-            let result: CommitTableResponse = parse_json(response, "commit").await?;
-            return Ok(LoadedTable {
-                ident: ident.clone(),
-                metadata_location: Some(result.metadata_location),
-                metadata: std::sync::Arc::new(result.metadata),
-                io_props: HashMap::new(),
-            });
+            // Committed. If the body cannot be read, say "unknown" so the caller reloads
+            // and finds its commit id instead of treating the rows as not written.
+            return match parse_json::<CommitTableResponse>(response, "commit").await {
+                Ok(result) => Ok(LoadedTable {
+                    ident: ident.clone(),
+                    metadata_location: Some(result.metadata_location),
+                    metadata: std::sync::Arc::new(result.metadata),
+                    io_props: HashMap::new(),
+                }),
+                Err(e) => Err(Error::new(
+                    ErrorKind::CommitStateUnknown,
+                    e.message().to_string(),
+                )),
+            };
         }
         let error = status_error(response, &format!("commit to {ident}")).await;
-        // 500, 502 and 504 on commit: the server may have applied it (REST spec).
-        if matches!(status.as_u16(), 500 | 502 | 504) {
+        // Only answers that say the request was refused are definite; any other (5xx,
+        // 408, proxies' surprises) may come after the server applied the commit.
+        let definite = matches!(
+            status.as_u16(),
+            400 | 401 | 403 | 404 | 405 | 406 | 409 | 422 | 429
+        );
+        if !definite {
             return Err(Error::new(
                 ErrorKind::CommitStateUnknown,
                 error.message().to_string(),

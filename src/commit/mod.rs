@@ -35,6 +35,10 @@ pub struct PreparedCommit {
 pub struct AppendFiles {
     pub commit_id: Uuid,
     pub data_files: Vec<DataFile>,
+    /// Schema and partition spec the files were written with; the commit requires the
+    /// table to still have them.
+    pub schema_id: i32,
+    pub spec_id: i32,
     /// Extra summary properties (never secrets).
     pub properties: HashMap<String, String>,
 }
@@ -69,7 +73,12 @@ async fn write_data_manifest(
     commit_id: Uuid,
     files: &[DataFile],
 ) -> Result<ManifestFile> {
-    let path = format!("{}/metadata/{commit_id}-m0.avro", metadata.location());
+    // The snapshot id is part of the name: a retry never overwrites a manifest that an
+    // attempt of unknown outcome may already reference.
+    let path = format!(
+        "{}/metadata/{commit_id}-{snapshot_id}-m0.avro",
+        metadata.location()
+    );
     let builder = ManifestWriterBuilder::new(
         file_io.new_output(path)?,
         Some(snapshot_id),
@@ -112,10 +121,19 @@ fn append_summary(metadata: &TableMetadata, files: &AppendFiles) -> Summary {
     props.extend(collector.build());
     let previous = metadata.current_snapshot().map(|s| s.summary());
     for (total, added) in TOTALS {
-        let before = previous
-            .and_then(|s| s.additional_properties.get(total))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
+        // A previous snapshot without this total (written by a writer that kept none)
+        // leaves it unknown: better absent than wrong.
+        let before = match previous {
+            None => 0,
+            Some(s) => match s
+                .additional_properties
+                .get(total)
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                Some(v) => v,
+                None => continue,
+            },
+        };
         let add = props
             .get(added)
             .and_then(|v| v.parse::<u64>().ok())
@@ -136,6 +154,14 @@ pub async fn prepare_append(
     file_io: &FileIO,
     files: &AppendFiles,
 ) -> Result<PreparedCommit> {
+    if metadata.current_schema_id() != files.schema_id
+        || metadata.default_partition_spec_id() != files.spec_id
+    {
+        return Err(crate::Error::new(
+            crate::ErrorKind::Unavailable,
+            "the table's schema or partition spec changed while the batch was written; it will be rewritten",
+        ));
+    }
     let snapshot_id = new_snapshot_id(metadata);
     let parent = metadata.current_snapshot_id();
     let sequence_number = metadata.next_sequence_number();
@@ -195,6 +221,12 @@ pub async fn prepare_append(
             TableRequirement::RefSnapshotIdMatch {
                 r#ref: MAIN_BRANCH.to_string(),
                 snapshot_id: parent,
+            },
+            TableRequirement::CurrentSchemaIdMatch {
+                current_schema_id: files.schema_id,
+            },
+            TableRequirement::DefaultSpecIdMatch {
+                default_spec_id: files.spec_id,
             },
         ],
         updates: vec![

@@ -472,21 +472,29 @@ impl Column {
             key.push_scalar(Token::String(k))?;
             value.decode(r)?;
         }
-        offsets.push(key.len() as i32);
-        Ok(())
+        match i32::try_from(key.len()) {
+            Ok(end) => {
+                offsets.push(end);
+                Ok(())
+            }
+            Err(_) => Err(self.field_error("map entries of one batch exceed 2^31")),
+        }
     }
 
     /// Drops every slot from `len` on, in this column and everything under it.
+    ///
+    /// Buffers are cut even when `len` equals this column's own length: a container
+    /// counts its slot only after its children decoded, and a string's bytes are appended
+    /// before its offset, so a failure half-way leaves data beyond `len`'s slots.
     pub fn truncate(&mut self, len: usize) {
-        if len >= self.len {
-            return;
+        if len < self.len {
+            if let Some(v) = &mut self.validity {
+                let removed_nulls = (len..self.len).filter(|&i| !v.get_bit(i)).count();
+                self.nulls -= removed_nulls;
+                v.truncate(len);
+            }
+            self.len = len;
         }
-        if let Some(v) = &mut self.validity {
-            let removed_nulls = (len..self.len).filter(|&i| !v.get_bit(i)).count();
-            self.nulls -= removed_nulls;
-            v.truncate(len);
-        }
-        self.len = len;
         match &mut self.data {
             Data::Bool(b) => b.truncate(len),
             Data::Int(v) | Data::Date(v) => v.truncate(len),

@@ -95,6 +95,13 @@ pub fn parse_decimal(text: &str, precision: u32, scale: u32) -> Result<i128, Str
             dropped_nonzero = true;
         }
     }
+    if unscaled == 0 && !dropped_nonzero {
+        // Zero at any exponent; also keeps `0e2147483647` from looping 2^31 times below.
+        return Ok(0);
+    }
+    if shift > 38 {
+        return Err(format!("{text} exceeds decimal({precision}, {scale})"));
+    }
     if dropped_nonzero {
         return Err(format!(
             "{text} has more than {scale} fractional digits for decimal({precision}, {scale})"
@@ -313,6 +320,13 @@ mod tests {
         assert!(parse_decimal("1000", 3, 0).is_err());
         assert!(parse_decimal("abc", 3, 0).is_err());
         assert!(parse_decimal("", 3, 0).is_err());
+        assert_eq!(parse_decimal("0e2147483647", 10, 2).unwrap(), 0);
+        assert!(parse_decimal("1e2147483647", 10, 2).is_err());
+        assert!(
+            parse_decimal("5e-2147483647", 10, 2)
+                .unwrap_err()
+                .contains("fractional")
+        );
     }
 
     #[test]

@@ -262,3 +262,36 @@ fn case_insensitive_matching_when_asked() {
     let batch = out.batch.unwrap();
     assert_eq!(batch.column(0).as_primitive::<Int64Type>().value(0), 5);
 }
+
+#[test]
+fn failures_deep_inside_containers_are_rolled_back() {
+    let out = shred(&[
+        r#"{"id": 1, "tags": ["a"], "st": {"a": 1, "b": "x"}, "m": {"k": 1}}"#,
+        r#"{"id": 2, "tags": ["b", 5]}"#,
+        r#"{"id": 3, "st": {"a": 1, "b": 5}}"#,
+        r#"{"id": 4, "st": {"b": "no a"}}"#,
+        r#"{"id": 5, "m": {"k": 1, "j": "x"}}"#,
+        r#"{"id": 6, "tags": ["c"], "st": {"a": 6, "b": "y"}, "m": {"z": 9}}"#,
+    ]);
+    assert_eq!(out.row_sources, vec![0, 5], "{:?}", out.errors);
+    let batch = out.batch.unwrap();
+    let tags = batch
+        .column_by_name("tags")
+        .unwrap()
+        .as_list::<i32>()
+        .clone();
+    assert_eq!(
+        tags.value(1).as_string::<i32>().iter().collect::<Vec<_>>(),
+        vec![Some("c")]
+    );
+    assert_eq!(tags.values().len(), 2);
+    let st = batch.column_by_name("st").unwrap().as_struct().clone();
+    assert_eq!(
+        st.column(0).as_primitive::<Int64Type>().values().as_ref(),
+        &[1, 6]
+    );
+    assert_eq!(st.column(1).as_string::<i32>().value(1), "y");
+    let m = batch.column_by_name("m").unwrap().as_map().clone();
+    assert_eq!(m.value(1).column(0).as_string::<i32>().value(0), "z");
+    assert_eq!(m.entries().len(), 2);
+}
