@@ -365,7 +365,7 @@ impl Column {
                 convert::parse_i64(t).map(|x| v.push(x))
             }
             (Data::Float(v), Token::Number(t, _) | Token::String(t)) => {
-                convert::parse_f64(t).map(|x| v.push(x as f32))
+                convert::parse_f32(t).map(|x| v.push(x))
             }
             (Data::Double(v), Token::Number(t, _) | Token::String(t)) => {
                 convert::parse_f64(t).map(|x| v.push(x))

@@ -27,16 +27,16 @@ pub fn parse_i64(text: &str) -> Result<i64, String> {
     if let Ok(v) = text.parse::<i64>() {
         return Ok(v);
     }
-    if text.bytes().all(|b| b == b'-' || b.is_ascii_digit()) {
+    if text.bytes().all(|b| b == b'-' || b.is_ascii_digit())
+        && text.bytes().any(|b| b.is_ascii_digit())
+    {
         return Err(format!("integer {text} is out of range for long"));
     }
-    let v: f64 = text
-        .parse()
-        .map_err(|_| format!("{text:?} is not an integer"))?;
-    if v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 {
-        Ok(v as i64)
-    } else {
-        Err(format!("{text} is not a whole number"))
+    // `3.0`, `1e3`: exact decimal arithmetic, so `2.0000000000000001` is not taken for 2.
+    match parse_decimal(text, 38, 0) {
+        Ok(v) => i64::try_from(v).map_err(|_| format!("integer {text} is out of range for long")),
+        Err(e) if e.contains("fractional") => Err(format!("{text} is not a whole number")),
+        Err(_) => Err(format!("{text:?} is not an integer")),
     }
 }
 
@@ -45,9 +45,26 @@ pub fn parse_i32(text: &str) -> Result<i32, String> {
     i32::try_from(v).map_err(|_| format!("integer {text} is out of range for int"))
 }
 
+/// Parses a float; a finite literal too large for `f64` is an error, not infinity.
+/// (`"NaN"`, `"Infinity"` given as strings are accepted as those values.)
 pub fn parse_f64(text: &str) -> Result<f64, String> {
-    text.parse()
-        .map_err(|_| format!("{text:?} is not a number"))
+    let v: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if v.is_infinite() && text.bytes().any(|b| b.is_ascii_digit()) {
+        return Err(format!("{text} is out of range for double"));
+    }
+    Ok(v)
+}
+
+/// As [`parse_f64`], for `float` columns.
+pub fn parse_f32(text: &str) -> Result<f32, String> {
+    let v = parse_f64(text)?;
+    let narrowed = v as f32;
+    if narrowed.is_infinite() && v.is_finite() {
+        return Err(format!("{text} is out of range for float"));
+    }
+    Ok(narrowed)
 }
 
 /// Parses decimal text (`-12.345`, `1.2e3`) exactly into the unscaled value at `scale`,
@@ -302,6 +319,12 @@ mod tests {
         assert_eq!(parse_i64("3.0").unwrap(), 3);
         assert_eq!(parse_i64("1e3").unwrap(), 1000);
         assert!(parse_i64("1.5").is_err());
+        assert!(parse_i64("2.0000000000000001").is_err());
+        assert_eq!(parse_i64("-4.00e1").unwrap(), -40);
+        assert!(parse_i64("").is_err() && parse_i64("-").unwrap_err().contains("not an integer"));
+        assert!(parse_f64("1e400").is_err());
+        assert!(parse_f32("1e39").is_err());
+        assert!(parse_f64("NaN").unwrap().is_nan());
         assert!(parse_i32("2147483648").is_err());
     }
 
