@@ -19,7 +19,7 @@ use crate::commit::{AppendFiles, find_commit, prepare_append};
 use crate::config::{CatalogKind, Config};
 use crate::error::{Error, ErrorKind, Result};
 use crate::partition_spec::parse_partition_spec;
-use crate::shred::{DecodeOptions, Shredder};
+use crate::shred::{DecodeOptions, MessageError, Shredder};
 use crate::storage::{build_file_io, file_io_props, location_url};
 use crate::write::{FileSettings, file_settings, write_data_files};
 
@@ -206,7 +206,14 @@ impl Writer {
         let failures: Vec<(usize, Error)> = shredded
             .errors
             .into_iter()
-            .map(|e| (e.index, Error::new(ErrorKind::Data, e.to_string())))
+            .map(|e| {
+                // The shredder saw this table's messages only: name the batch index.
+                let in_batch = MessageError {
+                    index: idx[e.index],
+                    ..e.clone()
+                };
+                (e.index, Error::new(ErrorKind::Data, in_batch.to_string()))
+            })
             .collect();
         let Some(batch) = shredded.batch else {
             return Ok(GroupResult {

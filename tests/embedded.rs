@@ -228,3 +228,33 @@ fn partitioned_table_and_inferred_schema() {
             .all(|p| p.to_string_lossy().contains("event_type=t"))
     );
 }
+
+#[test]
+fn errors_name_the_index_in_the_whole_batch_across_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let writer = rt
+        .block_on(Writer::open(config(dir.path(), json!({}))))
+        .unwrap();
+    let payloads = [
+        r#"{"id": 1}"#,
+        r#"{"id": 2}"#,
+        r#"{"id": "bad"}"#,
+        r#"{"id": 4}"#,
+    ];
+    let tables = ["a", "b", "b", "a"];
+    let messages: Vec<Message> = payloads
+        .iter()
+        .zip(tables)
+        .map(|(p, t)| Message {
+            table: Some(t),
+            ..Message::insert(p.as_bytes())
+        })
+        .collect();
+    let out = rt.block_on(writer.write_batch(&messages));
+    let failed: Vec<usize> = (0..4).filter(|&i| out.failures[i].is_some()).collect();
+    assert_eq!(failed, vec![2]);
+    let text = out.failures[2].as_ref().unwrap().to_string();
+    assert!(text.starts_with("message 2: field `id`"), "{text}");
+    assert_eq!((out.rows_committed, out.snapshots), (3, 2));
+}
