@@ -675,13 +675,9 @@ impl StructData {
         }
     }
 
-    fn lookup(&self, key: &str, guess: usize) -> Option<usize> {
-        // Keys usually arrive in schema order: try the next field before hashing.
-        if let Some(c) = self.children.get(guess)
-            && c.arrow.name() == key
-        {
-            return Some(guess);
-        }
+    /// Finds a child by name. Only reached when the expected-key fast path in
+    /// `decode_object` missed, so trying the guessed field again here would be wasted.
+    fn lookup(&self, key: &str) -> Option<usize> {
         if self.case_sensitive {
             self.by_name.get(key).copied()
         } else {
@@ -701,7 +697,7 @@ impl StructData {
             let index = match r.next_key_expecting(first, expected)? {
                 Key::End => break,
                 Key::Expected => Some(guess),
-                Key::Other(key) => self.lookup(key, guess),
+                Key::Other(key) => self.lookup(key),
             };
             first = false;
             let Some(i) = index else {
