@@ -193,18 +193,110 @@ pub struct CommitConfig {
     /// each rebuilt on the new table head after an exponential, jittered backoff.
     #[serde(default = "default_max_retries")]
     pub max_retries: u32,
+    /// Delete the files of a commit the catalog definitively refused. Files of a commit
+    /// whose outcome is unknown are never deleted.
+    #[serde(default = "yes")]
+    pub cleanup_on_failure: bool,
+    /// Merge small manifests (the table's `commit.manifest.*` properties decide when), so
+    /// planning stays fast after many small commits.
+    #[serde(default = "yes")]
+    pub manifest_merge_enabled: bool,
+    /// Snapshots older than this are expired (refs' heads are kept) and files no longer
+    /// reachable are deleted. `"0s"` turns expiry off.
+    #[serde(default = "default_snapshot_age", deserialize_with = "duration")]
+    pub max_snapshot_age: std::time::Duration,
+    /// How long the committer waits for more batches before writing a group (0: writes
+    /// as soon as the previous group is handed on; concurrency alone fills groups).
+    #[serde(default, deserialize_with = "duration")]
+    pub linger: std::time::Duration,
+    /// Upper bounds on one commit group: rows, and JSON bytes handed in.
+    #[serde(default = "default_group_rows")]
+    pub max_group_rows: usize,
+    #[serde(default = "default_group_bytes")]
+    pub max_group_bytes: usize,
+    /// Exactly-once across restarts: committed offsets per source are recorded in each
+    /// snapshot under this writer id, and already committed messages are acknowledged
+    /// without being written again.
+    pub exactly_once: Option<ExactlyOnceConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExactlyOnceConfig {
+    pub writer_id: String,
 }
 
 fn default_max_retries() -> u32 {
     3
 }
 
+fn default_snapshot_age() -> std::time::Duration {
+    std::time::Duration::from_secs(24 * 3600)
+}
+
+fn default_group_rows() -> usize {
+    2_000_000
+}
+
+fn default_group_bytes() -> usize {
+    256 << 20
+}
+
 impl Default for CommitConfig {
     fn default() -> Self {
         CommitConfig {
             max_retries: default_max_retries(),
+            cleanup_on_failure: true,
+            manifest_merge_enabled: true,
+            max_snapshot_age: default_snapshot_age(),
+            linger: std::time::Duration::ZERO,
+            max_group_rows: default_group_rows(),
+            max_group_bytes: default_group_bytes(),
+            exactly_once: None,
         }
     }
+}
+
+fn duration<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<std::time::Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+/// Parses Go-style durations (`24h`, `1h30m`, `500ms`, `0s`), as the host writes them.
+pub fn parse_duration(text: &str) -> std::result::Result<std::time::Duration, String> {
+    let bad = || format!("{text:?} is not a duration like 500ms, 30s, 24h or 1h30m");
+    let mut rest = text.trim();
+    if rest == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let value: f64 = rest[..number_len].parse().map_err(|_| bad())?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return Err(bad()),
+        };
+        total += value * seconds;
+        rest = &rest[unit_len..];
+    }
+    Ok(std::time::Duration::from_secs_f64(total))
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -242,6 +334,18 @@ impl Config {
         }
         if self.parquet.row_group_size == Some(0) || self.parquet.page_size == Some(0) {
             return Err(Error::config("parquet sizes must be greater than 0"));
+        }
+        if self.commit.max_group_rows == 0 || self.commit.max_group_bytes == 0 {
+            return Err(Error::config(
+                "commit.max_group_rows and commit.max_group_bytes must be greater than 0",
+            ));
+        }
+        if let Some(eo) = &self.commit.exactly_once
+            && eo.writer_id.trim().is_empty()
+        {
+            return Err(Error::config(
+                "commit.exactly_once.writer_id must not be empty",
+            ));
         }
         Ok(())
     }
@@ -326,6 +430,22 @@ mod tests {
             Config::from_json(r#"{"parquet": {"compression": "zstd", "compression_level": 99}}"#)
                 .unwrap_err();
         assert!(e.to_string().contains("1..=22"), "{e}");
+    }
+
+    #[test]
+    fn durations_in_go_form() {
+        let d = |t| parse_duration(t).unwrap();
+        assert_eq!(d("24h0m0s"), std::time::Duration::from_secs(86_400));
+        assert_eq!(d("1h30m"), std::time::Duration::from_secs(5_400));
+        assert_eq!(d("250ms"), std::time::Duration::from_millis(250));
+        assert_eq!(d("0s"), std::time::Duration::ZERO);
+        assert!(parse_duration("5 minutes").is_err());
+        assert!(parse_duration("").is_err());
+        let c = Config::from_json(r#"{"commit": {"linger": "20ms", "max_snapshot_age": "1h"}}"#)
+            .unwrap();
+        assert_eq!(c.commit.linger, std::time::Duration::from_millis(20));
+        let e = Config::from_json(r#"{"commit": {"linger": "soon"}}"#).unwrap_err();
+        assert!(e.to_string().contains("not a duration"), "{e}");
     }
 
     #[test]

@@ -1,27 +1,28 @@
-//! The writer facade: what the C ABI calls. Routes each message to its table, shreds,
-//! writes data files and commits one snapshot per table per call.
+//! The writer facade: what the C ABI calls. Routes each message to its table, drops
+//! what exactly-once says is already committed, shreds on the calling thread and hands
+//! the rows to the table's group committer.
 //!
-//! Calls may overlap (the host runs up to `max_in_flight` of them); per-table state is
-//! behind an async mutex so one table's shredder and commits are never used at once,
-//! while different tables proceed in parallel.
+//! Calls may overlap (the host runs up to `max_in_flight` of them). Each shreds with a
+//! shredder of its own (pooled per table), so shredding runs on as many threads as
+//! there are calls; the committer (see `commit::committer`) writes and commits what the
+//! calls hand in, several calls per snapshot.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use iceberg::TableIdent;
-use iceberg::io::FileIO;
 use iceberg::spec::Schema;
 
 use crate::catalog::rest::RestCatalog;
 use crate::catalog::sql::SqlCatalog;
 use crate::catalog::{Catalog, LoadedTable, NewTable, table_ident};
-use crate::commit::{AppendFiles, find_commit, prepare_append};
+use crate::commit::committer::{CommitterOptions, Submission, TableCommitter, TableView};
+use crate::commit::offsets::SourceOffsets;
 use crate::config::{CatalogKind, Config};
 use crate::error::{Error, ErrorKind, Result};
 use crate::partition_spec::parse_partition_spec;
 use crate::shred::{DecodeOptions, MessageError, Shredder};
 use crate::storage::{build_file_io, file_io_props, location_url};
-use crate::write::{FileSettings, file_settings, write_data_files};
 
 /// One message of a batch, with the table it goes to when the host evaluated one.
 #[derive(Debug, Clone, Copy)]
@@ -31,6 +32,10 @@ pub struct Message<'a> {
     pub table: Option<&'a str>,
     /// `insert` (the default when `None`); upserts and deletes are not supported yet.
     pub operation: Option<&'a str>,
+    /// Exactly-once: where the message came from (e.g. `topic/partition`) and its
+    /// offset there. Required when `commit.exactly_once` is configured.
+    pub source: Option<&'a str>,
+    pub offset: Option<i64>,
 }
 
 impl<'a> Message<'a> {
@@ -41,6 +46,8 @@ impl<'a> Message<'a> {
             namespace: None,
             table: None,
             operation: None,
+            source: None,
+            offset: None,
         }
     }
 }
@@ -53,26 +60,22 @@ pub struct BatchOutcome {
     pub snapshots: usize,
 }
 
-/// Backoff before retry `attempt` (1-based): full jitter over 50 ms · 2^attempt, capped
-/// at 5 s, so racing writers spread out instead of colliding again.
-fn backoff(attempt: u32) -> std::time::Duration {
-    let ceiling_ms = (50u64 << attempt.min(7)).min(5_000);
-    let jitter = uuid::Uuid::new_v4().as_u64_pair().0 % (ceiling_ms + 1);
-    std::time::Duration::from_millis(jitter)
+/// An open table: its committer and the shredders calls borrow.
+struct TableHandle {
+    committer: TableCommitter,
+    /// Idle shredders, all for `schema_id`; a call takes one (or builds one) and puts it
+    /// back, so concurrent calls shred in parallel without rebuilding decoders.
+    shredders: Mutex<(i32, Vec<Shredder>)>,
 }
 
-struct TableState {
-    table: LoadedTable,
-    file_io: FileIO,
-    shredder: Shredder,
-    settings: FileSettings,
-}
+type TableSlot = Arc<tokio::sync::Mutex<Option<Arc<TableHandle>>>>;
 
 pub struct Writer {
     config: Config,
     catalog: Arc<dyn Catalog>,
     io_props: HashMap<String, String>,
-    tables: Mutex<HashMap<TableIdent, Arc<tokio::sync::Mutex<Option<TableState>>>>>,
+    options: Arc<CommitterOptions>,
+    tables: Mutex<HashMap<TableIdent, TableSlot>>,
 }
 
 impl Writer {
@@ -94,10 +97,23 @@ impl Writer {
                 )?)
             }
         };
+        let commit = &config.commit;
+        let options = Arc::new(CommitterOptions {
+            max_retries: commit.max_retries,
+            cleanup_on_failure: commit.cleanup_on_failure,
+            manifest_merge: commit.manifest_merge_enabled,
+            max_snapshot_age: commit.max_snapshot_age,
+            linger: commit.linger,
+            max_group_rows: commit.max_group_rows,
+            max_group_bytes: commit.max_group_bytes,
+            writer_id: commit.exactly_once.as_ref().map(|e| e.writer_id.clone()),
+            parquet: config.parquet.clone(),
+        });
         Ok(Writer {
             config,
             catalog,
             io_props,
+            options,
             tables: Mutex::new(HashMap::new()),
         })
     }
@@ -120,8 +136,9 @@ impl Writer {
         table_ident(ns, table)
     }
 
-    /// Writes and commits a batch. Each table's messages are committed as one snapshot;
-    /// a message fails alone when it cannot be shredded, and with its table's group when
+    /// Writes and commits a batch. Each table's messages are committed in one snapshot
+    /// (shared with concurrent calls); a message fails alone when it cannot be shredded
+    /// or its offset is being written by another call, and with its table's group when
     /// the write or commit fails.
     pub async fn write_batch(&self, messages: &[Message<'_>]) -> BatchOutcome {
         let mut failures: Vec<Option<Error>> = vec![None; messages.len()];
@@ -131,6 +148,15 @@ impl Writer {
                 failures[i] = Some(Error::new(
                     ErrorKind::Data,
                     format!("message {i}: row_operation {op:?} is not supported yet (only insert)"),
+                ));
+                continue;
+            }
+            if self.options.writer_id.is_some() && (m.source.is_none() || m.offset.is_none()) {
+                failures[i] = Some(Error::new(
+                    ErrorKind::Data,
+                    format!(
+                        "message {i}: exactly-once is on but the message has no source and offset"
+                    ),
                 ));
                 continue;
             }
@@ -165,9 +191,37 @@ impl Writer {
         }
     }
 
-    fn table_slot(&self, ident: &TableIdent) -> Arc<tokio::sync::Mutex<Option<TableState>>> {
+    fn table_slot(&self, ident: &TableIdent) -> TableSlot {
         let mut tables = self.tables.lock().expect("table map lock");
         tables.entry(ident.clone()).or_default().clone()
+    }
+
+    /// The open table, opening (or creating) it on first use.
+    async fn table_handle(
+        &self,
+        ident: &TableIdent,
+        messages: &[Message<'_>],
+        idx: &[usize],
+    ) -> Result<Arc<TableHandle>> {
+        let slot = self.table_slot(ident);
+        let mut guard = slot.lock().await;
+        if let Some(handle) = guard.as_ref() {
+            return Ok(handle.clone());
+        }
+        let payloads = idx.iter().map(|&i| messages[i].payload);
+        let handle = Arc::new(self.open_table(ident, payloads).await?);
+        *guard = Some(handle.clone());
+        Ok(handle)
+    }
+
+    /// Forgets a table whose committer reported it gone, so the next call reopens (or
+    /// recreates) it.
+    async fn forget_table(&self, ident: &TableIdent, handle: &Arc<TableHandle>) {
+        let slot = self.table_slot(ident);
+        let mut guard = slot.lock().await;
+        if guard.as_ref().is_some_and(|h| Arc::ptr_eq(h, handle)) {
+            *guard = None;
+        }
     }
 
     async fn write_group(
@@ -176,71 +230,161 @@ impl Writer {
         messages: &[Message<'_>],
         idx: &[usize],
     ) -> Result<GroupResult> {
-        let slot = self.table_slot(ident);
-        let mut guard = slot.lock().await;
-        if guard.is_none() {
-            let payloads = idx.iter().map(|&i| messages[i].payload);
-            *guard = Some(self.open_table(ident, payloads).await?);
-        }
+        let handle = self.table_handle(ident, messages, idx).await?;
+        let claim = handle.committer.new_claim();
+        let plan = self.plan_exactly_once(&handle, claim, messages, idx);
         let result = self
-            .write_opened(guard.as_mut().expect("opened above"), messages, idx)
+            .shred_and_submit(&handle, claim, messages, idx, &plan)
             .await;
-        if result.is_err() {
-            // Reload everything (schema, spec, settings) before this table's next batch.
-            *guard = None;
+        if let Err(e) = &result
+            && e.kind() == ErrorKind::NotFound
+        {
+            self.forget_table(ident, &handle).await;
         }
-        result
+        let mut group = result?;
+        // A message repeated within the batch shares the fate of its first copy.
+        for &(pos, first) in &plan.duplicates {
+            if let Some(e) = group
+                .failures
+                .iter()
+                .find(|(p, _)| *p == first)
+                .map(|(_, e)| e.clone())
+            {
+                group.failures.push((pos, e));
+            }
+        }
+        group.failures.extend(plan.refused);
+        Ok(group)
     }
 
-    async fn write_opened(
+    /// Exactly-once: splits the group into messages to write, messages already committed
+    /// (acknowledged without writing), repeats within the batch, and messages another
+    /// call is still writing (refused with a retryable error). Claims the offsets of the
+    /// messages to write under `claim`.
+    fn plan_exactly_once(
         &self,
-        state: &mut TableState,
+        handle: &TableHandle,
+        claim: u64,
         messages: &[Message<'_>],
         idx: &[usize],
+    ) -> WritePlan {
+        let mut plan = WritePlan::default();
+        if self.options.writer_id.is_none() {
+            plan.write = (0..idx.len()).collect();
+            return plan;
+        }
+        let mut claimed = SourceOffsets::default();
+        let mut first_of: HashMap<(&str, i64), usize> = HashMap::new();
+        let mut ledger = handle.committer.ledger().lock().expect("ledger lock");
+        for (pos, &i) in idx.iter().enumerate() {
+            let (source, offset) = (
+                messages[i].source.expect("checked on entry"),
+                messages[i].offset.expect("checked on entry"),
+            );
+            if ledger.committed.contains(source, offset) {
+                plan.already_committed += 1;
+            } else if let Some(&first) = first_of.get(&(source, offset)) {
+                plan.duplicates.push((pos, first));
+            } else if ledger.in_flight(source, offset) {
+                plan.refused.push((
+                    pos,
+                    Error::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "message {i}: offset {offset} of source {source:?} is being committed by another call; retry"
+                        ),
+                    ),
+                ));
+            } else {
+                first_of.insert((source, offset), pos);
+                claimed.insert(source, offset);
+                plan.write.push(pos);
+            }
+        }
+        ledger.claim(claim, claimed);
+        plan
+    }
+
+    async fn shred_and_submit(
+        &self,
+        handle: &TableHandle,
+        claim: u64,
+        messages: &[Message<'_>],
+        idx: &[usize],
+        plan: &WritePlan,
     ) -> Result<GroupResult> {
-        let payloads = idx.iter().map(|&i| messages[i].payload);
-        let shredded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            state.shredder.shred(payloads)
-        }))
-        .map_err(|_| Error::internal("the shredder panicked; this table's state was reset"))?;
+        let view = handle.committer.view();
+        let schema_id = view.schema_id();
+        let mut shredder = match self.take_shredder(handle, &view) {
+            Ok(s) => s,
+            Err(e) => {
+                handle
+                    .committer
+                    .ledger()
+                    .lock()
+                    .expect("ledger lock")
+                    .release(claim);
+                return Err(e);
+            }
+        };
+        let payloads = plan.write.iter().map(|&pos| messages[idx[pos]].payload);
+        let shredded =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shredder.shred(payloads)));
+        let Ok(shredded) = shredded else {
+            handle
+                .committer
+                .ledger()
+                .lock()
+                .expect("ledger lock")
+                .release(claim);
+            return Err(Error::internal(
+                "the shredder panicked; its state was discarded",
+            ));
+        };
+        self.return_shredder(handle, schema_id, shredder);
         let failures: Vec<(usize, Error)> = shredded
             .errors
             .into_iter()
             .map(|e| {
                 // The shredder saw this table's messages only: name the batch index.
+                let pos = plan.write[e.index];
                 let in_batch = MessageError {
-                    index: idx[e.index],
+                    index: idx[pos],
                     ..e.clone()
                 };
-                (e.index, Error::new(ErrorKind::Data, in_batch.to_string()))
+                (pos, Error::new(ErrorKind::Data, in_batch.to_string()))
             })
             .collect();
         let Some(batch) = shredded.batch else {
+            handle
+                .committer
+                .ledger()
+                .lock()
+                .expect("ledger lock")
+                .release(claim);
             return Ok(GroupResult {
                 rows: 0,
                 committed: false,
                 failures,
             });
         };
+        let mut offsets = SourceOffsets::default();
+        let mut bytes = 0;
+        for &row in &shredded.row_sources {
+            let m = &messages[idx[plan.write[row]]];
+            bytes += m.payload.len();
+            if let (Some(source), Some(offset)) = (m.source, m.offset) {
+                offsets.insert(source, offset);
+            }
+        }
         let rows = batch.num_rows();
-        let data_files = write_data_files(
-            &batch,
-            &state.table.metadata,
-            &state.file_io,
-            &state.settings,
-        )
-        .await?;
-        let files = AppendFiles {
-            commit_id: uuid::Uuid::new_v4(),
-            data_files,
-            schema_id: state.table.metadata.current_schema_id(),
-            spec_id: state.table.metadata.default_partition_spec_id(),
-            properties: HashMap::from([(
-                "floe.version".to_string(),
-                env!("CARGO_PKG_VERSION").to_string(),
-            )]),
+        let submission = Submission {
+            batch,
+            bytes,
+            schema_id,
+            offsets,
         };
-        self.commit_append(state, files).await?;
+        handle.committer.submit(claim, submission).await?;
         Ok(GroupResult {
             rows,
             committed: true,
@@ -248,76 +392,42 @@ impl Writer {
         })
     }
 
-    /// Commits, rebuilding on the new head after a conflict; after an unknown outcome,
-    /// looks for the commit id before trying again so rows are never appended twice.
-    /// Commits, rebuilding on the new head after a conflict. After an unknown outcome it
-    /// looks for the commit id before trying again (and once more before giving up), so
-    /// rows are never appended twice; while that stays undecided the error says so.
-    async fn commit_append(&self, state: &mut TableState, files: AppendFiles) -> Result<()> {
-        let ident = state.table.ident.clone();
-        let mut last_error: Option<Error> = None;
-        let attempts = self.config.commit.max_retries + 1;
-        for attempt in 0..=attempts {
-            if let Some(previous) = &last_error {
-                let fresh = match self.catalog.load_table(&ident).await {
-                    Ok(Some(t)) => t,
-                    Ok(None) => {
-                        return Err(Error::new(
-                            ErrorKind::NotFound,
-                            format!("table {ident} was dropped"),
-                        ));
-                    }
-                    // Cannot look: an unknown outcome stays unknown.
-                    Err(e) if previous.kind() == ErrorKind::CommitStateUnknown => {
-                        return Err(previous
-                            .clone()
-                            .context(format!("and reloading {ident} failed ({e})")));
-                    }
-                    Err(e) => return Err(e),
-                };
-                let found = find_commit(&fresh.metadata, files.commit_id).is_some();
-                state.table = fresh;
-                if found {
-                    return Ok(());
-                }
-            }
-            if attempt == attempts {
-                break;
-            }
-            if attempt > 0 {
-                tokio::time::sleep(backoff(attempt)).await;
-            }
-            let prepared = prepare_append(&state.table.metadata, &state.file_io, &files).await?;
-            match self
-                .catalog
-                .commit(&ident, prepared.requirements, prepared.updates)
-                .await
-            {
-                Ok(table) => {
-                    state.table = table;
-                    return Ok(());
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::Conflict | ErrorKind::CommitStateUnknown
-                    ) =>
-                {
-                    last_error = Some(e);
-                }
-                Err(e) => return Err(e),
-            }
+    fn return_shredder(&self, handle: &TableHandle, schema_id: i32, shredder: Shredder) {
+        let mut pool = handle.shredders.lock().expect("shredder pool lock");
+        if pool.0 == schema_id {
+            pool.1.push(shredder);
         }
-        Err(last_error.expect("loop ran").context(format!(
-            "commit to {ident} failed after {attempts} attempts"
-        )))
     }
 
+    /// An idle shredder for the table's current schema, or a new one.
+    fn take_shredder(&self, handle: &TableHandle, view: &TableView) -> Result<Shredder> {
+        let schema_id = view.schema_id();
+        {
+            let mut pool = handle.shredders.lock().expect("shredder pool lock");
+            if pool.0 != schema_id {
+                *pool = (schema_id, Vec::new());
+            }
+            if let Some(s) = pool.1.pop() {
+                return Ok(s);
+            }
+        }
+        Shredder::new(
+            view.table.metadata.current_schema().clone(),
+            self.decode_options(),
+        )
+    }
+
+    fn decode_options(&self) -> DecodeOptions {
+        DecodeOptions {
+            epoch_unit: self.config.json.epoch_unit,
+            case_sensitive: self.config.case_sensitive_columns,
+        }
+    }
     async fn open_table<'m>(
         &self,
         ident: &TableIdent,
         sample: impl Iterator<Item = &'m [u8]>,
-    ) -> Result<TableState> {
+    ) -> Result<TableHandle> {
         let table = match self.catalog.load_table(ident).await? {
             Some(t) => t,
             None if self.config.schema_evolution.enabled => {
@@ -335,19 +445,16 @@ impl Writer {
         let mut props = self.io_props.clone();
         props.extend(table.io_props.clone());
         let file_io = build_file_io(props);
+        // Refuse unsupported schemas when opening, not on the first batch.
         let shredder = Shredder::new(
             table.metadata.current_schema().clone(),
-            DecodeOptions {
-                epoch_unit: self.config.json.epoch_unit,
-                case_sensitive: self.config.case_sensitive_columns,
-            },
+            self.decode_options(),
         )?;
-        let settings = file_settings(&self.config.parquet, &table.metadata)?;
-        Ok(TableState {
-            table,
-            file_io,
-            shredder,
-            settings,
+        let schema_id = table.metadata.current_schema_id();
+        let view = TableView::new(table, file_io, &self.options)?;
+        Ok(TableHandle {
+            committer: TableCommitter::start(self.catalog.clone(), view, self.options.clone())?,
+            shredders: Mutex::new((schema_id, vec![shredder])),
         })
     }
 
@@ -391,6 +498,16 @@ impl Writer {
             )
             .await
     }
+}
+
+/// How exactly-once splits one table's messages (positions within the group).
+#[derive(Default)]
+struct WritePlan {
+    write: Vec<usize>,
+    already_committed: usize,
+    /// (position, position of its first copy)
+    duplicates: Vec<(usize, usize)>,
+    refused: Vec<(usize, Error)>,
 }
 
 struct GroupResult {

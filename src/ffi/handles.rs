@@ -297,6 +297,8 @@ pub unsafe extern "C" fn floe_writer_write(
                 namespace: pick(&namespaces, i),
                 table: pick(&tables, i),
                 operation: pick(&operations, i),
+                source: None,
+                offset: None,
             })
             .collect();
         // SAFETY: NULL or a live token.

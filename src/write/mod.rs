@@ -168,15 +168,16 @@ fn string_column_paths(metadata: &TableMetadata) -> Vec<ColumnPath> {
     out
 }
 
-/// Writes `batch` (already in the table's current schema) as data files, one set per
-/// partition of the table's default spec.
+/// Writes `batches` (already in the table's current schema) as data files: the rows of
+/// all of them go through one rolling writer per partition of the table's default spec,
+/// so a commit group of many small batches becomes as few files as the target size allows.
 pub async fn write_data_files(
-    batch: &RecordBatch,
+    batches: &[RecordBatch],
     metadata: &TableMetadata,
     file_io: &FileIO,
     settings: &FileSettings,
 ) -> Result<Vec<DataFile>> {
-    if batch.num_rows() == 0 {
+    if batches.iter().all(|b| b.num_rows() == 0) {
         return Ok(Vec::new());
     }
     let schema = metadata.current_schema().clone();
@@ -197,15 +198,31 @@ pub async fn write_data_files(
     let spec = metadata.default_partition_spec();
     if spec.is_unpartitioned() {
         let mut writer = builder.build(None).await?;
-        writer.write(batch.clone()).await?;
+        for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+            writer.write(batch.clone()).await?;
+        }
         return Ok(writer.close().await?);
     }
     let splitter =
         RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?;
+    // One writer per partition key, fed by every batch of the group, in first-seen order.
+    let mut writers = Vec::new();
+    let mut index: HashMap<iceberg::spec::Struct, usize> = HashMap::new();
+    for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+        for (key, part) in splitter.split(batch)? {
+            let slot = match index.get(key.data()) {
+                Some(&i) => i,
+                None => {
+                    writers.push(builder.build(Some(key.clone())).await?);
+                    index.insert(key.data().clone(), writers.len() - 1);
+                    writers.len() - 1
+                }
+            };
+            writers[slot].write(part).await?;
+        }
+    }
     let mut files = Vec::new();
-    for (key, part) in splitter.split(batch)? {
-        let mut writer = builder.build(Some(key)).await?;
-        writer.write(part).await?;
+    for mut writer in writers {
         files.extend(writer.close().await?);
     }
     Ok(files)

@@ -1,0 +1,615 @@
+//! The per-table group committer.
+//!
+//! Write calls (up to the host's `max_in_flight` at once, from any thread) shred their
+//! messages themselves and [`TableCommitter::submit`] the Arrow batch. Two tasks per
+//! table then form a pipeline:
+//!
+//! 1. the **encoder** takes every submission waiting (up to `max_group_rows` /
+//!    `max_group_bytes`, after `linger`) and writes them together as Parquet data files,
+//!    one rolling writer per partition;
+//! 2. the **commit stage** takes every encoded group that is ready and commits them as
+//!    one snapshot, retrying conflicts on the new head.
+//!
+//! While a commit is in flight the encoder already writes the next group, and callers
+//! keep shredding, so the catalog round trip is amortised over everything that arrived
+//! meanwhile. Each call's future resolves when the snapshot holding its rows is
+//! committed (or definitively not). A cancelled call's rows may still commit: their
+//! outcome is unknown to the caller, which is why exactly-once keeps its claims here,
+//! in the [`Ledger`], and not in the call.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use iceberg::TableIdent;
+use iceberg::io::FileIO;
+use iceberg::spec::DataFile;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::expire::{delete_unreachable, expired_snapshots, removal_request};
+use super::merge::MergePolicy;
+use super::offsets::{SourceOffsets, committed_offsets};
+use super::snapshot::{SnapshotChanges, find_commit, prepare_snapshot};
+use crate::catalog::{Catalog, LoadedTable};
+use crate::config::ParquetConfig;
+use crate::error::{Error, ErrorKind, Result};
+use crate::write::{FileSettings, file_settings, write_data_files};
+
+/// How the committer behaves; from the `commit` section of the config.
+#[derive(Debug, Clone)]
+pub struct CommitterOptions {
+    pub max_retries: u32,
+    pub cleanup_on_failure: bool,
+    pub manifest_merge: bool,
+    pub max_snapshot_age: Duration,
+    pub linger: Duration,
+    pub max_group_rows: usize,
+    pub max_group_bytes: usize,
+    pub writer_id: Option<String>,
+    pub parquet: ParquetConfig,
+}
+
+/// What the committer currently knows of its table; shared read-only with callers.
+pub struct TableView {
+    pub table: LoadedTable,
+    pub file_io: FileIO,
+    pub settings: FileSettings,
+    pub merge: MergePolicy,
+}
+
+impl TableView {
+    pub fn new(table: LoadedTable, file_io: FileIO, options: &CommitterOptions) -> Result<Self> {
+        Ok(TableView {
+            settings: file_settings(&options.parquet, &table.metadata)?,
+            merge: MergePolicy::for_table(options.manifest_merge, &table.metadata)?,
+            table,
+            file_io,
+        })
+    }
+
+    pub fn schema_id(&self) -> i32 {
+        self.table.metadata.current_schema_id()
+    }
+}
+
+/// Rows handed to the committer by one write call.
+pub struct Submission {
+    pub batch: RecordBatch,
+    /// JSON bytes the rows came from (for `max_group_bytes`).
+    pub bytes: usize,
+    /// Schema the batch was shredded with.
+    pub schema_id: i32,
+    /// Exactly-once: the offsets of these rows.
+    pub offsets: SourceOffsets,
+}
+
+/// Where a submission's rows went.
+#[derive(Debug, Clone, Copy)]
+pub struct Committed {
+    pub snapshot_id: i64,
+}
+
+/// Exactly-once state: offsets committed under the writer id, and offsets claimed by
+/// submissions still on their way (so a replayed message is not written twice while
+/// its first copy is in flight).
+#[derive(Default)]
+pub struct Ledger {
+    pub committed: SourceOffsets,
+    in_flight: HashMap<u64, SourceOffsets>,
+}
+
+impl Ledger {
+    pub fn in_flight(&self, source: &str, offset: i64) -> bool {
+        self.in_flight.values().any(|o| o.contains(source, offset))
+    }
+
+    pub fn claim(&mut self, claim: u64, offsets: SourceOffsets) {
+        self.in_flight.insert(claim, offsets);
+    }
+
+    pub fn release(&mut self, claim: u64) {
+        self.in_flight.remove(&claim);
+    }
+}
+
+struct Pending {
+    claim: u64,
+    submission: Submission,
+    reply: oneshot::Sender<Result<Committed>>,
+}
+
+/// Answers a submission and releases its exactly-once claim.
+fn finish(
+    ledger: &Mutex<Ledger>,
+    claim: u64,
+    reply: oneshot::Sender<Result<Committed>>,
+    result: Result<Committed>,
+) {
+    ledger.lock().expect("ledger lock").release(claim);
+    // The caller may have been cancelled; its rows' fate is then only in the table.
+    let _ = reply.send(result);
+}
+
+pub struct TableCommitter {
+    queue: mpsc::UnboundedSender<Pending>,
+    view: watch::Receiver<Arc<TableView>>,
+    ledger: Arc<Mutex<Ledger>>,
+    next_claim: AtomicU64,
+}
+
+impl TableCommitter {
+    /// Starts the encoder and commit tasks on the current Tokio runtime.
+    pub fn start(
+        catalog: Arc<dyn Catalog>,
+        view: TableView,
+        options: Arc<CommitterOptions>,
+    ) -> Result<Self> {
+        let mut ledger = Ledger::default();
+        if let Some(writer_id) = &options.writer_id {
+            ledger.committed = committed_offsets(&view.table.metadata, writer_id)?;
+        }
+        let ledger = Arc::new(Mutex::new(ledger));
+        let (queue_tx, queue_rx) = mpsc::unbounded_channel();
+        // One encoded group waits while another commits: enough to overlap the two
+        // stages without encoding far ahead of what the catalog accepts.
+        let (encoded_tx, encoded_rx) = mpsc::channel(1);
+        let (view_tx, view_rx) = watch::channel(Arc::new(view));
+        tokio::spawn(encode_loop(
+            queue_rx,
+            encoded_tx,
+            view_rx.clone(),
+            ledger.clone(),
+            options.clone(),
+        ));
+        tokio::spawn(
+            CommitStage {
+                catalog,
+                view: view_tx,
+                ledger: ledger.clone(),
+                options,
+                last_expiry: None,
+            }
+            .run(encoded_rx),
+        );
+        Ok(TableCommitter {
+            queue: queue_tx,
+            view: view_rx,
+            ledger,
+            next_claim: AtomicU64::new(1),
+        })
+    }
+
+    /// The table as the committer last saw it.
+    pub fn view(&self) -> Arc<TableView> {
+        self.view.borrow().clone()
+    }
+
+    pub fn ledger(&self) -> &Mutex<Ledger> {
+        &self.ledger
+    }
+
+    /// A fresh id under which a call claims offsets in the ledger.
+    pub fn new_claim(&self) -> u64 {
+        self.next_claim.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Hands rows to the pipeline and waits until they are committed. `claim` (from
+    /// [`Self::new_claim`], possibly holding offsets in the ledger) is released when the
+    /// outcome is known, even if this future is dropped before.
+    pub async fn submit(&self, claim: u64, submission: Submission) -> Result<Committed> {
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending {
+            claim,
+            submission,
+            reply,
+        };
+        if let Err(mpsc::error::SendError(p)) = self.queue.send(pending) {
+            self.ledger.lock().expect("ledger lock").release(p.claim);
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "the table's committer has stopped",
+            ));
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::CommitStateUnknown,
+                "the table's committer stopped before answering",
+            ))
+        })
+    }
+}
+
+/// A group of submissions written as data files, waiting for its commit.
+struct EncodedGroup {
+    data_files: Vec<DataFile>,
+    schema_id: i32,
+    spec_id: i32,
+    pendings: Vec<Pending>,
+}
+
+/// Collects the next group: the first submission to arrive, then whatever else waits
+/// (or arrives within `linger`) up to the group limits. A submission that would
+/// overflow the group is carried into the next one.
+async fn next_group(
+    queue: &mut mpsc::UnboundedReceiver<Pending>,
+    carry: &mut Option<Pending>,
+    options: &CommitterOptions,
+) -> Option<Vec<Pending>> {
+    let first = match carry.take() {
+        Some(p) => p,
+        None => queue.recv().await?,
+    };
+    let mut rows = first.submission.batch.num_rows();
+    let mut bytes = first.submission.bytes;
+    let mut group = vec![first];
+    let deadline = Instant::now() + options.linger;
+    while rows < options.max_group_rows && bytes < options.max_group_bytes {
+        let next = if options.linger.is_zero() {
+            queue.try_recv().ok()
+        } else {
+            tokio::time::timeout_at(deadline.into(), queue.recv())
+                .await
+                .ok()
+                .flatten()
+        };
+        let Some(p) = next else { break };
+        let (r, b) = (p.submission.batch.num_rows(), p.submission.bytes);
+        if rows + r > options.max_group_rows || bytes + b > options.max_group_bytes {
+            *carry = Some(p);
+            break;
+        }
+        rows += r;
+        bytes += b;
+        group.push(p);
+    }
+    Some(group)
+}
+
+async fn encode_loop(
+    mut queue: mpsc::UnboundedReceiver<Pending>,
+    encoded: mpsc::Sender<EncodedGroup>,
+    view: watch::Receiver<Arc<TableView>>,
+    ledger: Arc<Mutex<Ledger>>,
+    options: Arc<CommitterOptions>,
+) {
+    let mut carry = None;
+    while let Some(group) = next_group(&mut queue, &mut carry, &options).await {
+        let current = view.borrow().clone();
+        let schema_id = current.schema_id();
+        let (fresh, stale): (Vec<Pending>, Vec<Pending>) = group
+            .into_iter()
+            .partition(|p| p.submission.schema_id == schema_id);
+        for p in stale {
+            let e = Error::new(
+                ErrorKind::Unavailable,
+                "the table's schema changed after the batch was shredded; retry the batch",
+            );
+            finish(&ledger, p.claim, p.reply, Err(e));
+        }
+        if fresh.is_empty() {
+            continue;
+        }
+        let batches: Vec<RecordBatch> = fresh.iter().map(|p| p.submission.batch.clone()).collect();
+        let written = write_data_files(
+            &batches,
+            &current.table.metadata,
+            &current.file_io,
+            &current.settings,
+        )
+        .await;
+        match written {
+            Ok(data_files) => {
+                let group = EncodedGroup {
+                    data_files,
+                    schema_id,
+                    spec_id: current.table.metadata.default_partition_spec_id(),
+                    pendings: fresh,
+                };
+                if let Err(mpsc::error::SendError(group)) = encoded.send(group).await {
+                    fail_all(
+                        &ledger,
+                        group.pendings,
+                        &Error::internal("the commit stage stopped"),
+                    );
+                }
+            }
+            Err(e) => fail_all(&ledger, fresh, &e.context("writing data files")),
+        }
+    }
+}
+
+fn fail_all(ledger: &Mutex<Ledger>, pendings: Vec<Pending>, error: &Error) {
+    for p in pendings {
+        finish(ledger, p.claim, p.reply, Err(error.clone()));
+    }
+}
+
+/// Backoff before retry `attempt` (1-based): full jitter over 50 ms · 2^attempt, capped
+/// at 5 s, so racing writers spread out instead of colliding again.
+fn backoff(attempt: u32) -> Duration {
+    let ceiling_ms = (50u64 << attempt.min(7)).min(5_000);
+    let jitter = uuid::Uuid::new_v4().as_u64_pair().0 % (ceiling_ms + 1);
+    Duration::from_millis(jitter)
+}
+
+/// How a commit attempt sequence ended.
+struct Outcome {
+    result: Result<i64>,
+    /// Some attempt's outcome was unknown: its files may be referenced by the table.
+    maybe_committed: bool,
+    /// Metadata files written by the attempts.
+    written: Vec<String>,
+}
+
+struct CommitStage {
+    catalog: Arc<dyn Catalog>,
+    view: watch::Sender<Arc<TableView>>,
+    ledger: Arc<Mutex<Ledger>>,
+    options: Arc<CommitterOptions>,
+    last_expiry: Option<Instant>,
+}
+
+impl CommitStage {
+    async fn run(mut self, mut encoded: mpsc::Receiver<EncodedGroup>) {
+        while let Some(first) = encoded.recv().await {
+            let mut groups = vec![first];
+            // Everything encoded while the previous commit was in flight goes in this one.
+            while let Ok(g) = encoded.try_recv() {
+                groups.push(g);
+            }
+            self.commit_groups(groups).await;
+            self.expire_if_due().await;
+        }
+    }
+
+    fn current(&self) -> Arc<TableView> {
+        self.view.borrow().clone()
+    }
+
+    fn ident(&self) -> TableIdent {
+        self.current().table.ident.clone()
+    }
+
+    /// Publishes a newer table, rebuilding settings when the schema or spec moved.
+    fn publish(&self, table: LoadedTable) {
+        let current = self.current();
+        let same_shape = current.table.metadata.current_schema_id()
+            == table.metadata.current_schema_id()
+            && current.table.metadata.default_partition_spec_id()
+                == table.metadata.default_partition_spec_id()
+            && current.table.metadata.properties() == table.metadata.properties();
+        if let Some(writer_id) = &self.options.writer_id
+            && let Ok(committed) = committed_offsets(&table.metadata, writer_id)
+        {
+            self.ledger
+                .lock()
+                .expect("ledger lock")
+                .committed
+                .union_with(&committed);
+        }
+        let view = if same_shape {
+            TableView {
+                table,
+                file_io: current.file_io.clone(),
+                settings: current.settings.clone(),
+                merge: current.merge,
+            }
+        } else {
+            match TableView::new(table, current.file_io.clone(), &self.options) {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!("table properties unusable, keeping the previous settings: {e}");
+                    return;
+                }
+            }
+        };
+        self.view.send_replace(Arc::new(view));
+    }
+
+    async fn commit_groups(&mut self, groups: Vec<EncodedGroup>) {
+        // Groups encoded against different schemas cannot share a snapshot; the first
+        // decides and the rest are answered with a retryable error.
+        let schema_id = groups[0].schema_id;
+        let spec_id = groups[0].spec_id;
+        let mut data_files = Vec::new();
+        let mut pendings = Vec::new();
+        let mut offsets = SourceOffsets::default();
+        for g in groups {
+            if g.schema_id != schema_id || g.spec_id != spec_id {
+                let e = Error::new(
+                    ErrorKind::Unavailable,
+                    "the table changed shape; retry the batch",
+                );
+                fail_all(&self.ledger, g.pendings, &e);
+                continue;
+            }
+            data_files.extend(g.data_files);
+            for p in &g.pendings {
+                offsets.union_with(&p.submission.offsets);
+            }
+            pendings.extend(g.pendings);
+        }
+        let changes = SnapshotChanges {
+            commit_id: uuid::Uuid::new_v4(),
+            data_files,
+            schema_id,
+            spec_id,
+            properties: HashMap::from([(
+                "floe.version".to_string(),
+                env!("CARGO_PKG_VERSION").to_string(),
+            )]),
+            offsets: self
+                .options
+                .writer_id
+                .clone()
+                .filter(|_| !offsets.is_empty())
+                .map(|w| (w, offsets.clone())),
+        };
+        let outcome = self.commit_with_retries(&changes).await;
+        match outcome.result {
+            Ok(snapshot_id) => {
+                if !offsets.is_empty() {
+                    self.ledger
+                        .lock()
+                        .expect("ledger lock")
+                        .committed
+                        .union_with(&offsets);
+                }
+                for p in pendings {
+                    finish(
+                        &self.ledger,
+                        p.claim,
+                        p.reply,
+                        Ok(Committed { snapshot_id }),
+                    );
+                }
+            }
+            Err(e) => {
+                if self.options.cleanup_on_failure && !outcome.maybe_committed {
+                    self.delete_files(&changes.data_files, &outcome.written)
+                        .await;
+                }
+                fail_all(&self.ledger, pendings, &e);
+            }
+        }
+    }
+
+    /// Files of a definitively refused commit: nothing references them.
+    async fn delete_files(&self, data_files: &[DataFile], metadata_files: &[String]) {
+        let file_io = self.current().file_io.clone();
+        let paths = data_files
+            .iter()
+            .map(|f| f.file_path().to_string())
+            .chain(metadata_files.iter().cloned());
+        for path in paths {
+            if let Err(e) = file_io.delete(&path).await {
+                tracing::warn!("could not delete {path} of a refused commit: {e}");
+            }
+        }
+    }
+
+    async fn reload(&self) -> Result<LoadedTable> {
+        let ident = self.ident();
+        self.catalog
+            .load_table(&ident)
+            .await?
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("table {ident} was dropped")))
+    }
+
+    /// Commits, rebuilding on the new head after a conflict or a throttling answer. After
+    /// an unknown outcome it looks for the commit id before trying again (and once more
+    /// before giving up), so rows are never appended twice; while that stays undecided
+    /// the error says so.
+    async fn commit_with_retries(&mut self, changes: &SnapshotChanges) -> Outcome {
+        let ident = self.ident();
+        let mut written = Vec::new();
+        let mut maybe_committed = false;
+        let mut last_error: Option<Error> = None;
+        let attempts = self.options.max_retries + 1;
+        let done = |result, maybe_committed, written| Outcome {
+            result,
+            maybe_committed,
+            written,
+        };
+        for attempt in 0..=attempts {
+            if let Some(previous) = &last_error {
+                let fresh = match self.reload().await {
+                    Ok(t) => t,
+                    Err(e) if previous.kind() == ErrorKind::CommitStateUnknown => {
+                        let e = previous
+                            .clone()
+                            .context(format!("and reloading {ident} failed ({e})"));
+                        return done(Err(e), maybe_committed, written);
+                    }
+                    Err(e) => return done(Err(e), maybe_committed, written),
+                };
+                let found = find_commit(&fresh.metadata, changes.commit_id);
+                self.publish(fresh);
+                if let Some(snapshot_id) = found {
+                    return done(Ok(snapshot_id), true, written);
+                }
+            }
+            if attempt == attempts {
+                break;
+            }
+            if attempt > 0 {
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            let view = self.current();
+            let prepared =
+                match prepare_snapshot(&view.table.metadata, &view.file_io, changes, &view.merge)
+                    .await
+                {
+                    Ok(p) => p,
+                    Err(e) => return done(Err(e), maybe_committed, written),
+                };
+            written.extend(prepared.written.iter().cloned());
+            let snapshot_id = prepared.snapshot_id;
+            match self
+                .catalog
+                .commit(&ident, prepared.requirements, prepared.updates)
+                .await
+            {
+                Ok(table) => {
+                    self.publish(table);
+                    return done(Ok(snapshot_id), true, written);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::Conflict
+                            | ErrorKind::CommitStateUnknown
+                            | ErrorKind::Unavailable
+                    ) =>
+                {
+                    maybe_committed |= e.kind() == ErrorKind::CommitStateUnknown;
+                    tracing::debug!("commit attempt {} to {ident}: {e}", attempt + 1);
+                    last_error = Some(e);
+                }
+                Err(e) => return done(Err(e), maybe_committed, written),
+            }
+        }
+        let e = last_error.expect("loop ran").context(format!(
+            "commit to {ident} failed after {attempts} attempts"
+        ));
+        done(Err(e), maybe_committed, written)
+    }
+
+    /// Expires old snapshots when at least 100 have aged out, or any have and the last
+    /// expiry is a minute old: one catalog commit per many data commits.
+    async fn expire_if_due(&mut self) {
+        let view = self.current();
+        let now = chrono::Utc::now().timestamp_millis();
+        let expired = expired_snapshots(&view.table.metadata, self.options.max_snapshot_age, now);
+        let stale = self
+            .last_expiry
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
+        if expired.is_empty() || (expired.len() < 100 && !stale) {
+            return;
+        }
+        self.last_expiry = Some(Instant::now());
+        let before = view.table.metadata.clone();
+        let (requirements, updates) = removal_request(&before, expired.clone());
+        match self
+            .catalog
+            .commit(&view.table.ident, requirements, updates)
+            .await
+        {
+            Ok(table) => {
+                let after = table.metadata.clone();
+                self.publish(table);
+                let file_io = view.file_io.clone();
+                // Deleting unreachable files does not hold up the next commit.
+                tokio::spawn(async move {
+                    if let Err(e) = delete_unreachable(&before, &after, &file_io, &expired).await {
+                        tracing::warn!("expired snapshots removed, but file cleanup failed: {e}");
+                    }
+                });
+            }
+            // Someone moved the head or the catalog is busy: the next round tries again.
+            Err(e) => tracing::debug!("snapshot expiry skipped: {e}"),
+        }
+    }
+}

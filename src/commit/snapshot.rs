@@ -1,0 +1,306 @@
+//! Snapshot production: turns data files into a new snapshot and the catalog updates
+//! that publish it.
+//!
+//! A data manifest for the new files, a manifest list carrying the previous snapshot's
+//! manifests forward (merged when there are many small ones), a summary with `added-*`
+//! and `total-*` counts, and requirements that pin the table UUID, the branch head, the
+//! schema and the spec, so a concurrent change is refused rather than lost. Each snapshot
+//! carries `floe.commit-id` so a commit of unknown outcome can be found, and with
+//! exactly-once the writer's committed offsets.
+//!
+//! Only appends exist so far. Overwrite and row-delta snapshots (upserts) add removed
+//! data files and delete manifests to [`SnapshotChanges`]; the manifest list, summary
+//! and requirement code is shared.
+
+use std::collections::HashMap;
+
+use iceberg::io::FileIO;
+use iceberg::spec::{
+    DataFile, FormatVersion, MAIN_BRANCH, ManifestFile, ManifestList, ManifestListWriter,
+    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
+    SnapshotSummaryCollector, Summary, TableMetadata,
+};
+use iceberg::{TableRequirement, TableUpdate};
+use uuid::Uuid;
+
+use super::merge::{MergePolicy, merge_manifests};
+use super::offsets::{OFFSETS_PROPERTY_PREFIX, SourceOffsets, committed_offsets, summary_key};
+use crate::error::{Error, ErrorKind, Result};
+
+/// Summary key holding the id of the floe commit that produced a snapshot.
+pub const COMMIT_ID_PROPERTY: &str = "floe.commit-id";
+
+/// The catalog request for one snapshot.
+#[derive(Debug)]
+pub struct PreparedCommit {
+    pub snapshot_id: i64,
+    pub requirements: Vec<TableRequirement>,
+    pub updates: Vec<TableUpdate>,
+    /// Metadata files this attempt wrote (manifests, manifest list), for cleanup when
+    /// the attempt is definitively refused.
+    pub written: Vec<String>,
+}
+
+/// What one snapshot adds, reusable when the attempt is rebuilt on a newer head after a
+/// conflict.
+pub struct SnapshotChanges {
+    pub commit_id: Uuid,
+    pub data_files: Vec<DataFile>,
+    /// Schema and partition spec the files were written with; the commit requires the
+    /// table to still have them.
+    pub schema_id: i32,
+    pub spec_id: i32,
+    /// Extra summary properties (never secrets).
+    pub properties: HashMap<String, String>,
+    /// Exactly-once: the writer id and the offsets this snapshot commits. They must not
+    /// be committed already; the record written is the head's record plus these.
+    pub offsets: Option<(String, SourceOffsets)>,
+}
+
+fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
+    loop {
+        let (hi, lo) = Uuid::new_v4().as_u64_pair();
+        let id = ((hi ^ lo) & (i64::MAX as u64)) as i64;
+        if metadata.snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+/// The manifests of the table's current snapshot, to carry forward.
+async fn current_manifests(
+    metadata: &TableMetadata,
+    file_io: &FileIO,
+) -> Result<Vec<ManifestFile>> {
+    let Some(snapshot) = metadata.current_snapshot() else {
+        return Ok(Vec::new());
+    };
+    let bytes = file_io.new_input(snapshot.manifest_list())?.read().await?;
+    let list = ManifestList::parse_with_version(&bytes, metadata.format_version())?;
+    Ok(list.entries().to_vec())
+}
+
+async fn write_data_manifest(
+    metadata: &TableMetadata,
+    file_io: &FileIO,
+    snapshot_id: i64,
+    commit_id: Uuid,
+    files: &[DataFile],
+) -> Result<ManifestFile> {
+    // The snapshot id is part of the name: a retry never overwrites a manifest that an
+    // attempt of unknown outcome may already reference.
+    let path = format!(
+        "{}/metadata/{commit_id}-{snapshot_id}-m0.avro",
+        metadata.location()
+    );
+    let builder = ManifestWriterBuilder::new(
+        file_io.new_output(path)?,
+        Some(snapshot_id),
+        metadata.current_schema().clone(),
+        metadata.default_partition_spec().as_ref().clone(),
+    );
+    let mut writer = match metadata.format_version() {
+        FormatVersion::V1 => builder.build_v1(),
+        FormatVersion::V2 => builder.build_v2_data(),
+        FormatVersion::V3 => builder.build_v3_data(),
+    };
+    for file in files {
+        // A negative sequence number leaves it to be inherited from the manifest list,
+        // so the manifest stays valid if the snapshot is rebuilt after a conflict.
+        writer.add_file(file.clone(), -1)?;
+    }
+    Ok(writer.write_manifest_file().await?)
+}
+
+const TOTALS: [(&str, &str); 6] = [
+    ("total-records", "added-records"),
+    ("total-files-size", "added-files-size"),
+    ("total-data-files", "added-data-files"),
+    ("total-delete-files", "added-delete-files"),
+    ("total-position-deletes", "added-position-deletes"),
+    ("total-equality-deletes", "added-equality-deletes"),
+];
+
+/// Summary properties: the collector's `added-*` figures plus running `total-*` counts.
+fn append_summary(metadata: &TableMetadata, files: &SnapshotChanges) -> Result<Summary> {
+    let mut collector = SnapshotSummaryCollector::default();
+    for file in &files.data_files {
+        collector.add_file(
+            file,
+            metadata.current_schema().clone(),
+            metadata.default_partition_spec().clone(),
+        );
+    }
+    let mut props = files.properties.clone();
+    props.extend(collector.build());
+    let previous = metadata.current_snapshot().map(|s| s.summary());
+    for (total, added) in TOTALS {
+        // A previous snapshot without this total (written by a writer that kept none)
+        // leaves it unknown: better absent than wrong.
+        let before = match previous {
+            None => 0,
+            Some(s) => match s
+                .additional_properties
+                .get(total)
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                Some(v) => v,
+                None => continue,
+            },
+        };
+        let add = props
+            .get(added)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        props.insert(total.to_string(), (before + add).to_string());
+    }
+    props.insert(COMMIT_ID_PROPERTY.to_string(), files.commit_id.to_string());
+    // Other writer ids' offset records ride along, so the head always holds them.
+    if let Some(previous) = previous {
+        for (k, v) in &previous.additional_properties {
+            if k.starts_with(OFFSETS_PROPERTY_PREFIX) {
+                props.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let Some((writer_id, offsets)) = &files.offsets {
+        let mut record = committed_offsets(metadata, writer_id)?;
+        if record.intersects(offsets) {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "offsets of this commit were already committed under writer id {writer_id:?} \
+                     (another process uses the same writer id and source); the batch will be \
+                     re-checked and only what is missing written"
+                ),
+            ));
+        }
+        record.union_with(offsets);
+        props.insert(summary_key(writer_id), record.to_summary_value());
+    }
+    Ok(Summary {
+        operation: Operation::Append,
+        additional_properties: props,
+    })
+}
+
+/// Builds an append snapshot of `files` on top of the table's current head: writes the
+/// data manifest (merging small manifests per `merge`) and the manifest list, returns
+/// the catalog request.
+pub async fn prepare_snapshot(
+    metadata: &TableMetadata,
+    file_io: &FileIO,
+    files: &SnapshotChanges,
+    merge: &MergePolicy,
+) -> Result<PreparedCommit> {
+    if metadata.current_schema_id() != files.schema_id
+        || metadata.default_partition_spec_id() != files.spec_id
+    {
+        return Err(Error::new(
+            ErrorKind::Unavailable,
+            "the table's schema or partition spec changed while the batch was written; it will be rewritten",
+        ));
+    }
+    let snapshot_id = new_snapshot_id(metadata);
+    let parent = metadata.current_snapshot_id();
+    let sequence_number = metadata.next_sequence_number();
+    let summary = append_summary(metadata, files)?;
+    let new_manifest = write_data_manifest(
+        metadata,
+        file_io,
+        snapshot_id,
+        files.commit_id,
+        &files.data_files,
+    )
+    .await?;
+    let mut written = vec![new_manifest.manifest_path.clone()];
+    let carried = current_manifests(metadata, file_io).await?;
+    let merged = merge_manifests(
+        metadata,
+        file_io,
+        snapshot_id,
+        files.commit_id,
+        carried,
+        merge,
+    )
+    .await?;
+    written.extend(merged.written);
+    let mut manifests = vec![new_manifest];
+    manifests.extend(merged.manifests);
+
+    let list_path = format!(
+        "{}/metadata/snap-{snapshot_id}-0-{}.avro",
+        metadata.location(),
+        files.commit_id
+    );
+    let out = file_io.new_output(&list_path)?.writer().await?;
+    let mut list = match metadata.format_version() {
+        FormatVersion::V1 => ManifestListWriter::v1(out, snapshot_id, parent),
+        FormatVersion::V2 => ManifestListWriter::v2(out, snapshot_id, parent, sequence_number),
+        FormatVersion::V3 => ManifestListWriter::v3(
+            out,
+            snapshot_id,
+            parent,
+            sequence_number,
+            Some(metadata.next_row_id()),
+        ),
+    };
+    list.add_manifests(manifests.into_iter())?;
+    let next_row_id = list.next_row_id();
+    list.close().await?;
+    written.push(list_path.clone());
+
+    let builder = Snapshot::builder()
+        .with_manifest_list(list_path)
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(parent)
+        .with_sequence_number(sequence_number)
+        .with_summary(summary)
+        .with_schema_id(metadata.current_schema_id())
+        .with_timestamp_ms(chrono::Utc::now().timestamp_millis());
+    let snapshot = match next_row_id {
+        Some(next) => builder
+            .with_row_range(metadata.next_row_id(), next - metadata.next_row_id())
+            .build(),
+        None => builder.build(),
+    };
+    Ok(PreparedCommit {
+        snapshot_id,
+        requirements: vec![
+            TableRequirement::UuidMatch {
+                uuid: metadata.uuid(),
+            },
+            TableRequirement::RefSnapshotIdMatch {
+                r#ref: MAIN_BRANCH.to_string(),
+                snapshot_id: parent,
+            },
+            TableRequirement::CurrentSchemaIdMatch {
+                current_schema_id: files.schema_id,
+            },
+            TableRequirement::DefaultSpecIdMatch {
+                default_spec_id: files.spec_id,
+            },
+        ],
+        updates: vec![
+            TableUpdate::AddSnapshot { snapshot },
+            TableUpdate::SetSnapshotRef {
+                ref_name: MAIN_BRANCH.to_string(),
+                reference: SnapshotReference::new(
+                    snapshot_id,
+                    SnapshotRetention::branch(None, None, None),
+                ),
+            },
+        ],
+        written,
+    })
+}
+
+/// Whether a snapshot carrying `commit_id` is in the table's history (for commits of
+/// unknown outcome).
+pub fn find_commit(metadata: &TableMetadata, commit_id: Uuid) -> Option<i64> {
+    let id = commit_id.to_string();
+    metadata
+        .snapshots()
+        .find(|s| s.summary().additional_properties.get(COMMIT_ID_PROPERTY) == Some(&id))
+        .map(|s| s.snapshot_id())
+}
