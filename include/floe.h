@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 // Bumped whenever a signature or struct layout in `floe.h` changes incompatibly.
-#define FLOE_ABI_VERSION 1
+#define FLOE_ABI_VERSION 2
 
 // Result of every fallible call. Numbers are stable; new ones are only appended.
 enum floe_status
@@ -56,11 +56,17 @@ typedef struct floe_error floe_error;
 // writer at once. Free with `floe_writer_free` once no call is using it.
 typedef struct floe_writer floe_writer;
 
+// When to merge; read from the config and the table's properties.
+typedef struct MergePolicy MergePolicy;
+
 // A batch of messages laid out for one call: message `i` is
 // `data[offsets[i] .. offsets[i+1]]`. `namespaces`/`tables` are optional (NULL when the
 // config's value applies to every message); when given they use the same layout with
 // their own offsets, and an empty entry means "use the config's value". `operations`
-// likewise (NULL or empty entries: `insert`).
+// likewise (NULL or empty entries: `insert`). `sources`/`source_offsets` and
+// `message_offsets` carry exactly-once positions (both NULL unless
+// `commit.exactly_once` is configured): message `i` came from source `sources[i]` at
+// offset `message_offsets[i]`.
 typedef struct floe_batch {
   const uint8_t *data;
   // `count + 1` offsets into `data`, non-decreasing.
@@ -73,7 +79,14 @@ typedef struct floe_batch {
   // Per-message row operation (`insert`; empty = `insert`), same layout; may be NULL.
   const uint8_t *operations;
   const size_t *operation_offsets;
+  // Exactly-once: per-message source names, same layout; may be NULL.
+  const uint8_t *sources;
+  const size_t *source_offsets;
+  // Exactly-once: `count` per-message offsets within their source; may be NULL.
+  const int64_t *message_offsets;
 } floe_batch;
+
+
 
 #ifdef __cplusplus
 extern "C" {

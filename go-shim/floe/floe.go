@@ -17,7 +17,7 @@ import (
 )
 
 // ABIVersion is the C ABI version this binding was written for.
-const ABIVersion = 1
+const ABIVersion = 2
 
 // Status mirrors floe_status.
 type Status uint32
@@ -110,6 +110,10 @@ type Batch struct {
 	Tables     []string
 	// Operations is nil for all-inserts, else one entry per message ("" = insert).
 	Operations []string
+	// Sources and Offsets are nil unless the writer has exactly-once on; then message
+	// i came from Sources[i] at Offsets[i].
+	Sources []string
+	Offsets []int64
 }
 
 // Result tells, per message, whether it was committed.
@@ -165,10 +169,13 @@ func (w *Writer) Write(ctx context.Context, b Batch) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	for name, list := range map[string][]string{"Namespaces": b.Namespaces, "Tables": b.Tables, "Operations": b.Operations} {
+	for name, list := range map[string][]string{"Namespaces": b.Namespaces, "Tables": b.Tables, "Operations": b.Operations, "Sources": b.Sources} {
 		if list != nil && len(list) != len(b.Messages) {
 			return nil, fmt.Errorf("floe: %d %s for %d messages", len(list), name, len(b.Messages))
 		}
+	}
+	if (b.Sources == nil) != (b.Offsets == nil) || (b.Offsets != nil && len(b.Offsets) != len(b.Messages)) {
+		return nil, fmt.Errorf("floe: Sources and Offsets must both be nil or both have %d entries", len(b.Messages))
 	}
 	msgs := newCBuffer(b.Messages)
 	defer msgs.free()
@@ -191,6 +198,16 @@ func (w *Writer) Write(ctx context.Context, b Batch) (*Result, error) {
 		ops := newCBuffer(b.Operations)
 		defer ops.free()
 		batch.operations, batch.operation_offsets = (*C.uint8_t)(ops.data), (*C.size_t)(ops.offsets)
+	}
+
+	if b.Sources != nil {
+		src := newCBuffer(b.Sources)
+		defer src.free()
+		batch.sources, batch.source_offsets = (*C.uint8_t)(src.data), (*C.size_t)(src.offsets)
+		offs := C.malloc(C.size_t(len(b.Offsets)*8 + 8))
+		defer C.free(offs)
+		copy(unsafe.Slice((*int64)(offs), len(b.Offsets)), b.Offsets)
+		batch.message_offsets = (*C.int64_t)(offs)
 	}
 
 	token := C.floe_cancel_token_new()

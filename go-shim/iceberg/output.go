@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/floe-dev/floe/go-shim/floe"
@@ -48,7 +50,7 @@ func ConfigSpec() *service.ConfigSpec {
 		Beta().
 		Categories("Services").
 		Summary("Writes message batches to Apache Iceberg tables through floe's Rust data plane.").
-		Description("Each batch is shredded from JSON to Arrow, written as Parquet and committed as one snapshot per table. Without `catalog.url`, an embedded SQLite catalog in `./warehouse` is used.").
+		Description("Each batch is shredded from JSON to Arrow, written as Parquet and committed per table; concurrent batches share snapshots (group commit). Without `catalog.url`, an embedded SQLite catalog in `./warehouse` is used.").
 		Fields(
 			service.NewObjectField(fCatalog,
 				service.NewStringField("url").Description("REST catalog URL (http/https), or `sqlite:<path>` for the embedded catalog. Empty: embedded catalog in the warehouse folder.").Default(""),
@@ -99,7 +101,15 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewBoolField("manifest_merge_enabled").Default(true),
 				service.NewIntField("max_retries").Default(3),
 				service.NewBoolField("cleanup_on_failure").Default(true),
-			).Default(map[string]any{}).Description("`max_retries` bounds conflict retries (exponential backoff with jitter). `max_snapshot_age`, `manifest_merge_enabled` and `cleanup_on_failure` are accepted for compatibility but not acted on yet."),
+				service.NewDurationField("linger").Default("0s").Advanced().Description("How long the committer waits for more batches before writing a commit group. 0: batches that arrive while a commit is in flight share the next snapshot."),
+				service.NewIntField("max_group_rows").Default(2000000).Advanced().Description("Most rows in one commit group."),
+				service.NewIntField("max_group_bytes").Default(256<<20).Advanced().Description("Most JSON bytes in one commit group."),
+				service.NewObjectField("exactly_once",
+					service.NewStringField("writer_id").Description("Names this pipeline in snapshot summaries; processes sharing sources should share it."),
+					service.NewInterpolatedStringField("source").Description("Where a message came from, e.g. `${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }`."),
+					service.NewInterpolatedStringField("offset").Description("The message's integer offset within its source, e.g. `${! meta(\"kafka_offset\") }`."),
+				).Optional().Description("Exactly-once across restarts: committed offsets per source are recorded in each snapshot, and messages already committed are acknowledged without being written again."),
+			).Default(map[string]any{}).Description("Concurrent batches (`max_in_flight`) share snapshots (group commit). `max_retries` bounds retries of conflicts and throttling (exponential backoff with jitter); commits of unknown outcome are looked up by commit id before any retry. Small manifests are merged (the table's `commit.manifest.*` properties apply), snapshots older than `max_snapshot_age` are expired and unreachable files deleted, files of refused commits deleted when `cleanup_on_failure`."),
 			service.NewObjectField(fParquet,
 				service.NewStringEnumField("string_encoding", "", "delta_length_byte_array", "plain").Default(""),
 				service.NewStringEnumField("compression", "", "zstd", "snappy", "lz4", "gzip", "uncompressed").Default(""),
@@ -149,7 +159,10 @@ type output struct {
 	configJSON []byte
 	namespace  *service.InterpolatedString
 	table      *service.InterpolatedString
-	log        *service.Logger
+	// Exactly-once positions; nil when off.
+	source *service.InterpolatedString
+	offset *service.InterpolatedString
+	log    *service.Logger
 
 	rowsInserted   *service.MetricCounter
 	rowsFailed     *service.MetricCounter
@@ -189,11 +202,22 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	if err != nil {
 		return nil, err
 	}
+	var source, offset *service.InterpolatedString
+	if conf.Contains(fCommit, "exactly_once") {
+		if source, err = conf.FieldInterpolatedString(fCommit, "exactly_once", "source"); err != nil {
+			return nil, err
+		}
+		if offset, err = conf.FieldInterpolatedString(fCommit, "exactly_once", "offset"); err != nil {
+			return nil, err
+		}
+	}
 	m := mgr.Metrics()
 	return &output{
 		configJSON:     cfg,
 		namespace:      ns,
 		table:          tbl,
+		source:         source,
+		offset:         offset,
 		log:            mgr.Logger(),
 		rowsInserted:   m.NewCounter("iceberg_row_operations_total", "operation"),
 		rowsFailed:     m.NewCounter("iceberg_rows_failed_total"),
@@ -255,6 +279,31 @@ func (o *output) tableNames(batch service.MessageBatch) (ns, tbl []string, err e
 	return ns, tbl, nil
 }
 
+// positions evaluates each message's exactly-once source and offset (nil, nil when
+// exactly-once is off). A message whose offset is not an integer fails the batch: it
+// could never be acknowledged safely.
+func (o *output) positions(batch service.MessageBatch) ([]string, []int64, error) {
+	if o.source == nil {
+		return nil, nil, nil
+	}
+	sources := make([]string, len(batch))
+	offsets := make([]int64, len(batch))
+	for i, m := range batch {
+		var err error
+		if sources[i], err = o.source.TryString(m); err != nil {
+			return nil, nil, fmt.Errorf("exactly_once.source interpolation: %w", err)
+		}
+		text, err := o.offset.TryString(m)
+		if err != nil {
+			return nil, nil, fmt.Errorf("exactly_once.offset interpolation: %w", err)
+		}
+		if offsets[i], err = strconv.ParseInt(strings.TrimSpace(text), 10, 64); err != nil {
+			return nil, nil, fmt.Errorf("message %d: exactly_once.offset %q is not an integer", i, text)
+		}
+	}
+	return sources, offsets, nil
+}
+
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
 	o.mu.RLock()
 	w := o.writer
@@ -274,8 +323,12 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	if err != nil {
 		return err
 	}
+	sources, offsets, err := o.positions(batch)
+	if err != nil {
+		return err
+	}
 	start := nowNanos()
-	res, err := w.Write(ctx, floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl})
+	res, err := w.Write(ctx, floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Sources: sources, Offsets: offsets})
 	o.writeLatency.Timing(nowNanos() - start)
 	if err != nil {
 		o.commitFailures.Incr(1)
@@ -395,16 +448,66 @@ func toRustConfig(conf *service.ParsedConfig) ([]byte, error) {
 	}
 	out[fParquet] = pq
 	out[fJSON] = map[string]any{"epoch_unit": str(fJSON, "epoch_unit")}
-	if n, err := conf.FieldInt(fCommit, "max_retries"); err == nil {
-		if n < 0 {
-			return nil, errors.New("commit.max_retries must not be negative")
-		}
-		out[fCommit] = map[string]any{"max_retries": n}
+	commit, err := commitConfig(conf)
+	if err != nil {
+		return nil, err
 	}
+	out[fCommit] = commit
 	if n, _ := conf.FieldInt(fRuntime); n > 0 {
 		out[fRuntime] = n
 	}
 	return json.Marshal(out)
+}
+
+// commitConfig maps the `commit` section; durations go over in Go's text form.
+func commitConfig(conf *service.ParsedConfig) (map[string]any, error) {
+	commit := map[string]any{}
+	n, err := conf.FieldInt(fCommit, "max_retries")
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 {
+		return nil, errors.New("commit.max_retries must not be negative")
+	}
+	commit["max_retries"] = n
+	for _, k := range []string{"cleanup_on_failure", "manifest_merge_enabled"} {
+		b, err := conf.FieldBool(fCommit, k)
+		if err != nil {
+			return nil, err
+		}
+		commit[k] = b
+	}
+	for _, k := range []string{"max_snapshot_age", "linger"} {
+		d, err := conf.FieldDuration(fCommit, k)
+		if err != nil {
+			return nil, err
+		}
+		if d < 0 {
+			return nil, fmt.Errorf("commit.%s must not be negative", k)
+		}
+		commit[k] = d.String()
+	}
+	for _, k := range []string{"max_group_rows", "max_group_bytes"} {
+		v, err := conf.FieldInt(fCommit, k)
+		if err != nil {
+			return nil, err
+		}
+		if v <= 0 {
+			return nil, fmt.Errorf("commit.%s must be greater than 0", k)
+		}
+		commit[k] = v
+	}
+	if conf.Contains(fCommit, "exactly_once") {
+		id, err := conf.FieldString(fCommit, "exactly_once", "writer_id")
+		if err != nil {
+			return nil, err
+		}
+		if strings.TrimSpace(id) == "" {
+			return nil, errors.New("commit.exactly_once.writer_id must not be empty")
+		}
+		commit["exactly_once"] = map[string]any{"writer_id": id}
+	}
+	return commit, nil
 }
 
 func setIf(m map[string]any, k, v string) {

@@ -190,7 +190,10 @@ pub unsafe extern "C" fn floe_writer_free(writer: *mut FloeWriter) {
 /// `data[offsets[i] .. offsets[i+1]]`. `namespaces`/`tables` are optional (NULL when the
 /// config's value applies to every message); when given they use the same layout with
 /// their own offsets, and an empty entry means "use the config's value". `operations`
-/// likewise (NULL or empty entries: `insert`).
+/// likewise (NULL or empty entries: `insert`). `sources`/`source_offsets` and
+/// `message_offsets` carry exactly-once positions (both NULL unless
+/// `commit.exactly_once` is configured): message `i` came from source `sources[i]` at
+/// offset `message_offsets[i]`.
 #[repr(C)]
 pub struct FloeBatch {
     pub data: *const u8,
@@ -204,6 +207,11 @@ pub struct FloeBatch {
     /// Per-message row operation (`insert`; empty = `insert`), same layout; may be NULL.
     pub operations: *const u8,
     pub operation_offsets: *const usize,
+    /// Exactly-once: per-message source names, same layout; may be NULL.
+    pub sources: *const u8,
+    pub source_offsets: *const usize,
+    /// Exactly-once: `count` per-message offsets within their source; may be NULL.
+    pub message_offsets: *const i64,
 }
 
 /// What one write did. Free with `floe_batch_result_free`.
@@ -286,6 +294,17 @@ pub unsafe extern "C" fn floe_writer_write(
         let namespaces = optional_names(batch.namespaces, batch.namespace_offsets, batch.count)?;
         let tables = optional_names(batch.tables, batch.table_offsets, batch.count)?;
         let operations = optional_names(batch.operations, batch.operation_offsets, batch.count)?;
+        let sources = optional_names(batch.sources, batch.source_offsets, batch.count)?;
+        let positions = match (batch.message_offsets.is_null(), batch.count) {
+            (true, _) | (false, 0) => None,
+            // SAFETY: `count` readable entries by contract.
+            (false, n) => Some(unsafe { std::slice::from_raw_parts(batch.message_offsets, n) }),
+        };
+        if sources.is_some() != positions.is_some() {
+            return Err(invalid(
+                "floe_writer_write: sources and message_offsets must be given together",
+            ));
+        }
         let pick = |v: &Option<Vec<&'static str>>, i: usize| {
             v.as_ref().map(|v| v[i]).filter(|s| !s.is_empty())
         };
@@ -297,8 +316,8 @@ pub unsafe extern "C" fn floe_writer_write(
                 namespace: pick(&namespaces, i),
                 table: pick(&tables, i),
                 operation: pick(&operations, i),
-                source: None,
-                offset: None,
+                source: pick(&sources, i),
+                offset: positions.map(|p| p[i]),
             })
             .collect();
         // SAFETY: NULL or a live token.
