@@ -1,0 +1,474 @@
+//! The committer on real services: group commit under concurrency, commits whose answer
+//! is lost or throttled, exactly-once replays, and metadata that stays bounded.
+//! SeaweedFS + Apache's REST fixture, and the embedded catalog; pyiceberg and DuckDB
+//! read back what was written.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use floe::catalog::table_ident;
+use floe::config::Config;
+use floe::writer::{Message, Writer};
+use serde_json::{Value, json};
+use support::{read_back, runtime, services};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn merge(into: &mut Value, more: Value) {
+    match (into, more) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+fn rest_config(extra: Value) -> Config {
+    let mut c = services().floe_config();
+    merge(&mut c, extra);
+    Config::from_json(&c.to_string()).unwrap()
+}
+
+fn schema() -> Value {
+    json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "id", "required": true, "type": "long"},
+        {"id": 2, "name": "kind", "required": false, "type": "string"}
+    ]})
+}
+
+fn rows(from: i64, to: i64) -> Vec<String> {
+    (from..to)
+        .map(|i| format!(r#"{{"id": {i}, "kind": "k{}"}}"#, i % 5))
+        .collect()
+}
+
+fn ids_read_back(table: &str) -> Vec<i64> {
+    let out = read_back("pyiceberg-rest", services().pyiceberg_args(table));
+    let mut ids: Vec<i64> = out["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Snapshot count and the head's summary, as the catalog reports them.
+fn table_stats(writer: &Writer, rt: &tokio::runtime::Runtime, table: &str) -> (usize, Value) {
+    let (ns, name) = table.rsplit_once('.').unwrap();
+    let t = rt
+        .block_on(writer.catalog().load_table(&table_ident(ns, name).unwrap()))
+        .unwrap()
+        .unwrap();
+    let summary = t
+        .metadata
+        .current_snapshot()
+        .map(|s| json!(s.summary().additional_properties))
+        .unwrap_or(Value::Null);
+    (t.metadata.snapshots().count(), summary)
+}
+
+#[test]
+fn group_commit_shares_snapshots_across_16_concurrent_callers() {
+    let rt = runtime();
+    let cfg = rest_config(json!({"namespace": "committer", "table": "group",
+        "schema_evolution": {"enabled": true, "schema": schema()}}));
+    let writer = Arc::new(rt.block_on(Writer::open(cfg)).unwrap());
+    let (callers, batches_per_caller, rows_per_batch) = (16i64, 20i64, 50i64);
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..callers)
+            .map(|c| {
+                let writer = writer.clone();
+                tokio::spawn(async move {
+                    for b in 0..batches_per_caller {
+                        let first = (c * batches_per_caller + b) * rows_per_batch;
+                        let texts = rows(first, first + rows_per_batch);
+                        let msgs: Vec<Message> = texts
+                            .iter()
+                            .map(|t| Message::insert(t.as_bytes()))
+                            .collect();
+                        let out = writer.write_batch(&msgs).await;
+                        assert!(
+                            out.failures.iter().all(Option::is_none),
+                            "{:?}",
+                            out.failures
+                        );
+                        assert_eq!(out.rows_committed, rows_per_batch as usize);
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let batches = (callers * batches_per_caller) as usize;
+    let total = callers * batches_per_caller * rows_per_batch;
+    let (snapshots, summary) = table_stats(&writer, &rt, "committer.group");
+    let files: usize = summary["total-data-files"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    eprintln!("{batches} batches → {snapshots} snapshots, {files} data files");
+    assert!(
+        snapshots * 2 <= batches,
+        "{snapshots} snapshots for {batches} batches"
+    );
+    assert!(files * 2 <= batches, "{files} files for {batches} batches");
+    assert_eq!(summary["total-records"], json!(total.to_string()));
+    assert_eq!(
+        ids_read_back("committer.group"),
+        (0..total).collect::<Vec<_>>()
+    );
+}
+
+/// What the fault proxy does to the next matching commit request.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Fault {
+    /// Forward it, then drop the connection without answering.
+    LoseResponse,
+    /// Forward it, then answer 503 as an overloaded gateway would.
+    Answer503AfterApplying,
+    /// Do not forward; answer 429.
+    Throttle,
+}
+
+/// A small HTTP/1.1 proxy in front of the REST catalog that injects `faults`, in order,
+/// into table commits (POST …/tables/<name>). One request per connection.
+struct FaultProxy {
+    url: String,
+    injected: Arc<AtomicUsize>,
+}
+
+impl FaultProxy {
+    async fn start(upstream: String, faults: Vec<Fault>) -> FaultProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let faults = Arc::new(std::sync::Mutex::new(faults.into_iter()));
+        let injected = Arc::new(AtomicUsize::new(0));
+        let upstream_addr = upstream.trim_start_matches("http://").to_string();
+        let count = injected.clone();
+        tokio::spawn(async move {
+            loop {
+                let (client, _) = listener.accept().await.unwrap();
+                let (faults, count, upstream_addr) =
+                    (faults.clone(), count.clone(), upstream_addr.clone());
+                tokio::spawn(async move {
+                    let _ = proxy_one(client, &upstream_addr, &faults, &count).await;
+                });
+            }
+        });
+        FaultProxy { url, injected }
+    }
+}
+
+async fn read_request(client: &mut tokio::net::TcpStream) -> std::io::Result<(String, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())
+                .flatten()
+        })
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    // Ask upstream to close after answering so its response ends at EOF.
+    let head = head.replacen("\r\n", "\r\nConnection: close\r\n", 1);
+    let mut request = head.into_bytes();
+    request.extend_from_slice(&buf[head_end..]);
+    let first_line = String::from_utf8_lossy(&request)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    Ok((first_line, request))
+}
+
+async fn proxy_one(
+    mut client: tokio::net::TcpStream,
+    upstream: &str,
+    faults: &std::sync::Mutex<std::vec::IntoIter<Fault>>,
+    injected: &AtomicUsize,
+) -> std::io::Result<()> {
+    let (first_line, request) = read_request(&mut client).await?;
+    let is_commit = first_line.starts_with("POST ") && {
+        let path = first_line.split(' ').nth(1).unwrap_or_default();
+        path.rsplit_once("/tables/")
+            .is_some_and(|(_, name)| !name.contains('/'))
+    };
+    let fault = if is_commit {
+        faults.lock().unwrap().next()
+    } else {
+        None
+    };
+    if fault == Some(Fault::Throttle) {
+        injected.fetch_add(1, Ordering::SeqCst);
+        let body = r#"{"error":{"message":"slow down","type":"TooManyRequests","code":429}}"#;
+        let answer = format!(
+            "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        return client.write_all(answer.as_bytes()).await;
+    }
+    let mut up = tokio::net::TcpStream::connect(upstream).await?;
+    up.write_all(&request).await?;
+    let mut response = Vec::new();
+    up.read_to_end(&mut response).await?;
+    match fault {
+        Some(Fault::LoseResponse) => {
+            injected.fetch_add(1, Ordering::SeqCst);
+            Ok(()) // the commit was applied; the client never hears of it
+        }
+        Some(Fault::Answer503AfterApplying) => {
+            injected.fetch_add(1, Ordering::SeqCst);
+            let answer = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+            client.write_all(answer.as_bytes()).await
+        }
+        _ => client.write_all(&response).await,
+    }
+}
+
+#[test]
+fn lost_or_throttled_commit_answers_never_duplicate_rows() {
+    let rt = runtime();
+    let faults = vec![
+        Fault::LoseResponse,
+        Fault::Answer503AfterApplying,
+        Fault::Throttle,
+        Fault::LoseResponse,
+    ];
+    let proxy = rt.block_on(FaultProxy::start(services().rest_url.clone(), faults));
+    let cfg = rest_config(
+        json!({"catalog": {"url": proxy.url}, "namespace": "committer",
+        "table": "faults", "commit": {"max_retries": 5},
+        "schema_evolution": {"enabled": true, "schema": schema()}}),
+    );
+    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    for b in 0..6 {
+        let texts = rows(b * 10, b * 10 + 10);
+        let msgs: Vec<Message> = texts
+            .iter()
+            .map(|t| Message::insert(t.as_bytes()))
+            .collect();
+        let out = rt.block_on(writer.write_batch(&msgs));
+        assert!(
+            out.failures.iter().all(Option::is_none),
+            "batch {b}: {:?}",
+            out.failures
+        );
+    }
+    assert_eq!(
+        proxy.injected.load(Ordering::SeqCst),
+        4,
+        "every fault was injected"
+    );
+    let (snapshots, summary) = table_stats(&writer, &rt, "committer.faults");
+    assert_eq!(snapshots, 6, "one snapshot per batch, none doubled");
+    assert_eq!(summary["total-records"], json!("60"));
+    assert_eq!(
+        ids_read_back("committer.faults"),
+        (0..60).collect::<Vec<_>>()
+    );
+}
+
+fn positioned<'a>(texts: &'a [String], source: &'a str, first: i64) -> Vec<Message<'a>> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Message {
+            source: Some(source),
+            offset: Some(first + i as i64),
+            ..Message::insert(t.as_bytes())
+        })
+        .collect()
+}
+
+#[test]
+fn exactly_once_replays_write_only_what_is_missing() {
+    let rt = runtime();
+    let cfg = || {
+        rest_config(json!({"namespace": "committer", "table": "exactly_once",
+            "commit": {"exactly_once": {"writer_id": "pipeline-a"}},
+            "schema_evolution": {"enabled": true, "schema": schema()}}))
+    };
+    let texts = rows(0, 100);
+    {
+        let writer = rt.block_on(Writer::open(cfg())).unwrap();
+        // Out of order, as under max_in_flight > 1: 50..100 lands before 0..30.
+        let out = rt.block_on(writer.write_batch(&positioned(&texts[50..], "orders/0", 50)));
+        assert_eq!(out.rows_committed, 50);
+        let out = rt.block_on(writer.write_batch(&positioned(&texts[..30], "orders/0", 0)));
+        assert_eq!(out.rows_committed, 30);
+        // A repeat within one batch is written once, and both copies are acknowledged.
+        let mut twice = positioned(&texts[30..35], "orders/0", 30);
+        twice.extend(positioned(&texts[30..35], "orders/0", 30));
+        let out = rt.block_on(writer.write_batch(&twice));
+        assert!(
+            out.failures.iter().all(Option::is_none),
+            "{:?}",
+            out.failures
+        );
+        assert_eq!(out.rows_committed, 5);
+    }
+    // "Restart": a new writer replays everything from offset 0.
+    let writer = rt.block_on(Writer::open(cfg())).unwrap();
+    let out = rt.block_on(writer.write_batch(&positioned(&texts, "orders/0", 0)));
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    assert_eq!(out.rows_committed, 15, "only 35..50 were missing");
+    // The same offsets from another source are other messages.
+    let out = rt.block_on(writer.write_batch(&positioned(&texts[..3], "orders/1", 0)));
+    assert_eq!(out.rows_committed, 3);
+    let (_, summary) = table_stats(&writer, &rt, "committer.exactly_once");
+    assert_eq!(
+        summary["floe.offsets.pipeline-a"],
+        json!(r#"{"orders/0":[[0,99]],"orders/1":[[0,2]]}"#)
+    );
+    let ids = ids_read_back("committer.exactly_once");
+    let mut want: Vec<i64> = (0..100).chain(0..3).collect();
+    want.sort();
+    assert_eq!(ids, want);
+}
+
+/// Sizes of what a reader must open to plan a scan: the metadata JSON and the head's
+/// manifest list, plus the number of manifests it lists.
+fn metadata_footprint(table_dir: &std::path::Path) -> (u64, u64, usize) {
+    let metadata_dir = table_dir.join("metadata");
+    let mut newest: Option<(std::time::SystemTime, std::path::PathBuf)> = None;
+    for e in std::fs::read_dir(&metadata_dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "json") {
+            let m = std::fs::metadata(&p).unwrap().modified().unwrap();
+            if newest.as_ref().is_none_or(|(t, _)| m > *t) {
+                newest = Some((m, p));
+            }
+        }
+    }
+    let path = newest.unwrap().1;
+    let text = std::fs::read_to_string(&path).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let head = v["current-snapshot-id"].as_i64().unwrap();
+    let list = v["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["snapshot-id"].as_i64() == Some(head))
+        .unwrap()["manifest-list"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("file://")
+        .to_string();
+    let list_size = std::fs::metadata(&list).unwrap().len();
+    let manifests = read_back(
+        "duckdb-file",
+        json!({"metadata": path.display().to_string(),
+               "sql": format!("SELECT count(*) AS n FROM read_avro('{list}')")}),
+    )["rows"][0]["n"]
+        .as_i64()
+        .unwrap() as usize;
+    (text.len() as u64, list_size, manifests)
+}
+
+/// Many small commits on the embedded catalog: with manifest merging and snapshot
+/// expiry the metadata stops growing, and every row is still there once.
+#[test]
+fn metadata_stays_bounded_over_many_small_commits() {
+    let commits: usize = std::env::var("FLOE_TEST_COMMITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().join("wh");
+    let cfg = json!({
+        "catalog": {"warehouse": wh.display().to_string()},
+        "namespace": "bounded", "table": "t",
+        "schema_evolution": {"enabled": true, "schema": schema()},
+        "commit": {"max_snapshot_age": "2s"}
+    });
+    let rt = runtime();
+    let writer = rt
+        .block_on(Writer::open(Config::from_json(&cfg.to_string()).unwrap()))
+        .unwrap();
+    let table_dir = wh.join("bounded").join("t");
+    let mut footprints = Vec::new();
+    let mut latencies_ms: Vec<f64> = Vec::with_capacity(commits);
+    for i in 0..commits as i64 {
+        let text = format!(r#"{{"id": {i}, "kind": "k"}}"#);
+        let started = std::time::Instant::now();
+        let out = rt.block_on(writer.write_batch(&[Message::insert(text.as_bytes())]));
+        latencies_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        assert!(out.failures[0].is_none(), "commit {i}: {:?}", out.failures);
+        let done = i as usize + 1;
+        if done == commits / 10 || done == commits / 2 || done == commits {
+            footprints.push((done, metadata_footprint(&table_dir)));
+        }
+    }
+    let median = |s: &[f64]| {
+        let mut v = s.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let first = &latencies_ms[..commits / 10];
+    let last = &latencies_ms[commits - commits / 10..];
+    eprintln!(
+        "commit latency p50: first {}: {:.2} ms, last {}: {:.2} ms",
+        first.len(),
+        median(first),
+        last.len(),
+        median(last)
+    );
+    for (done, (json_bytes, list_bytes, manifests)) in &footprints {
+        eprintln!(
+            "after {done} commits: metadata.json {json_bytes} B, manifest list {list_bytes} B, {manifests} manifests"
+        );
+    }
+    let (_, (json_early, list_early, _)) = footprints[0];
+    let (_, (json_late, list_late, manifests_late)) = *footprints.last().unwrap();
+    // Bounded, not growing with the commit count: merges cap the manifests near the
+    // table's min-count-to-merge (100) and expiry caps the snapshots kept.
+    assert!(manifests_late <= 101, "{manifests_late} manifests");
+    assert!(
+        json_late < json_early * 3,
+        "metadata.json grew {json_early} → {json_late}"
+    );
+    assert!(
+        list_late < list_early * 3,
+        "manifest list grew {list_early} → {list_late}"
+    );
+    let count = read_back(
+        "pyiceberg-sql",
+        json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
+               "warehouse": format!("file://{}", wh.display()), "table": "bounded.t"}),
+    )["count"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(count as usize, commits);
+}
