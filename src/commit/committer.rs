@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::expire::{delete_unreachable, expired_snapshots, removal_request};
 use super::merge::MergePolicy;
 use super::offsets::{SourceOffsets, committed_offsets};
-use super::snapshot::{SnapshotChanges, find_commit, prepare_snapshot};
+use super::snapshot::{ManifestListCache, SnapshotChanges, find_commit, prepare_snapshot};
 use crate::catalog::{Catalog, LoadedTable};
 use crate::config::ParquetConfig;
 use crate::error::{Error, ErrorKind, Result};
@@ -170,6 +170,7 @@ impl TableCommitter {
                 ledger: ledger.clone(),
                 options,
                 last_expiry: None,
+                manifest_list: None,
             }
             .run(encoded_rx),
         );
@@ -275,7 +276,15 @@ async fn encode_loop(
     options: Arc<CommitterOptions>,
 ) {
     let mut carry = None;
-    while let Some(group) = next_group(&mut queue, &mut carry, &options).await {
+    loop {
+        // Wait until the commit stage can take a group before collecting one: batches
+        // that arrive meanwhile join this group instead of trailing in groups of one.
+        let Ok(slot) = encoded.reserve().await else {
+            return;
+        };
+        let Some(group) = next_group(&mut queue, &mut carry, &options).await else {
+            return;
+        };
         let current = view.borrow().clone();
         let schema_id = current.schema_id();
         let (fresh, stale): (Vec<Pending>, Vec<Pending>) = group
@@ -292,6 +301,8 @@ async fn encode_loop(
             continue;
         }
         let batches: Vec<RecordBatch> = fresh.iter().map(|p| p.submission.batch.clone()).collect();
+        let t0 = Instant::now();
+        let n = batches.len();
         let written = write_data_files(
             &batches,
             &current.table.metadata,
@@ -299,6 +310,7 @@ async fn encode_loop(
             &current.settings,
         )
         .await;
+        tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
         match written {
             Ok(data_files) => {
                 let group = EncodedGroup {
@@ -307,13 +319,7 @@ async fn encode_loop(
                     spec_id: current.table.metadata.default_partition_spec_id(),
                     pendings: fresh,
                 };
-                if let Err(mpsc::error::SendError(group)) = encoded.send(group).await {
-                    fail_all(
-                        &ledger,
-                        group.pendings,
-                        &Error::internal("the commit stage stopped"),
-                    );
-                }
+                slot.send(group);
             }
             Err(e) => fail_all(&ledger, fresh, &e.context("writing data files")),
         }
@@ -349,6 +355,8 @@ struct CommitStage {
     ledger: Arc<Mutex<Ledger>>,
     options: Arc<CommitterOptions>,
     last_expiry: Option<Instant>,
+    /// The manifest list of this writer's last commit.
+    manifest_list: Option<ManifestListCache>,
 }
 
 impl CommitStage {
@@ -538,22 +546,37 @@ impl CommitStage {
                 tokio::time::sleep(backoff(attempt)).await;
             }
             let view = self.current();
-            let prepared =
-                match prepare_snapshot(&view.table.metadata, &view.file_io, changes, &view.merge)
-                    .await
-                {
-                    Ok(p) => p,
-                    Err(e) => return done(Err(e), maybe_committed, written),
-                };
+            let t0 = Instant::now();
+            let prepared = match prepare_snapshot(
+                &view.table.metadata,
+                &view.file_io,
+                changes,
+                &view.merge,
+                self.manifest_list.as_ref(),
+            )
+            .await
+            {
+                Ok(p) => p,
+                Err(e) => return done(Err(e), maybe_committed, written),
+            };
             written.extend(prepared.written.iter().cloned());
             let snapshot_id = prepared.snapshot_id;
+            let list = prepared.manifest_list;
+            let t1 = Instant::now();
             match self
                 .catalog
                 .commit(&ident, prepared.requirements, prepared.updates)
                 .await
             {
                 Ok(table) => {
+                    let t2 = Instant::now();
+                    self.manifest_list = Some(list);
                     self.publish(table);
+                    tracing::debug!(
+                        "snapshot prepared in {:?}, committed in {:?}",
+                        t1 - t0,
+                        t2 - t1
+                    );
                     return done(Ok(snapshot_id), true, written);
                 }
                 Err(e)

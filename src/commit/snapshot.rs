@@ -18,7 +18,7 @@ use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFile, FormatVersion, MAIN_BRANCH, ManifestFile, ManifestList, ManifestListWriter,
     ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
-    SnapshotSummaryCollector, Summary, TableMetadata,
+    SnapshotSummaryCollector, Summary, TableMetadata, UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::{TableRequirement, TableUpdate};
 use uuid::Uuid;
@@ -39,6 +39,16 @@ pub struct PreparedCommit {
     /// Metadata files this attempt wrote (manifests, manifest list), for cleanup when
     /// the attempt is definitively refused.
     pub written: Vec<String>,
+    /// The new snapshot's manifest list, to reuse once it is the head.
+    pub manifest_list: ManifestListCache,
+}
+
+/// The manifests of a manifest list this writer wrote, so the next commit on top of it
+/// need not read the list back from storage.
+#[derive(Debug, Clone)]
+pub struct ManifestListCache {
+    pub path: String,
+    pub manifests: Vec<ManifestFile>,
 }
 
 /// What one snapshot adds, reusable when the attempt is rebuilt on a newer head after a
@@ -71,10 +81,14 @@ fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
 async fn current_manifests(
     metadata: &TableMetadata,
     file_io: &FileIO,
+    cached: Option<&ManifestListCache>,
 ) -> Result<Vec<ManifestFile>> {
     let Some(snapshot) = metadata.current_snapshot() else {
         return Ok(Vec::new());
     };
+    if let Some(c) = cached.filter(|c| c.path == snapshot.manifest_list()) {
+        return Ok(c.manifests.clone());
+    }
     let bytes = file_io.new_input(snapshot.manifest_list())?.read().await?;
     let list = ManifestList::parse_with_version(&bytes, metadata.format_version())?;
     Ok(list.entries().to_vec())
@@ -192,6 +206,7 @@ pub async fn prepare_snapshot(
     file_io: &FileIO,
     files: &SnapshotChanges,
     merge: &MergePolicy,
+    cached: Option<&ManifestListCache>,
 ) -> Result<PreparedCommit> {
     if metadata.current_schema_id() != files.schema_id
         || metadata.default_partition_spec_id() != files.spec_id
@@ -214,7 +229,7 @@ pub async fn prepare_snapshot(
     )
     .await?;
     let mut written = vec![new_manifest.manifest_path.clone()];
-    let carried = current_manifests(metadata, file_io).await?;
+    let carried = current_manifests(metadata, file_io, cached).await?;
     let merged = merge_manifests(
         metadata,
         file_io,
@@ -244,6 +259,28 @@ pub async fn prepare_snapshot(
             sequence_number,
             Some(metadata.next_row_id()),
         ),
+    };
+    // What the list will hold once written: the writer assigns this snapshot's sequence
+    // number to its new manifests. (v3 also assigns row ids: not cached.)
+    let manifest_list = ManifestListCache {
+        path: if metadata.format_version() == FormatVersion::V2 {
+            list_path.clone()
+        } else {
+            String::new()
+        },
+        manifests: manifests
+            .iter()
+            .cloned()
+            .map(|mut m| {
+                if m.sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+                    m.sequence_number = sequence_number;
+                }
+                if m.min_sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+                    m.min_sequence_number = sequence_number;
+                }
+                m
+            })
+            .collect(),
     };
     list.add_manifests(manifests.into_iter())?;
     let next_row_id = list.next_row_id();
@@ -292,6 +329,7 @@ pub async fn prepare_snapshot(
             },
         ],
         written,
+        manifest_list,
     })
 }
 

@@ -1,0 +1,212 @@
+//! Committer throughput against SeaweedFS + Apache's REST fixture on loopback.
+//!
+//! For batch sizes 100, 1,000, 10,000 × `max_in_flight` 1, 4, 16, 64: that many threads
+//! each call `Writer::write_batch` in a loop on ~142-B events (as the Go host does: each
+//! call blocks its own thread, shredding there), for a time budget per run. Prints rows/s
+//! and snapshots/s (median [min–max] over the runs) and the p50/p95 latency of a call,
+//! i.e. the time until its rows are committed. Each run writes a fresh table and checks
+//! the table's `total-records` against the rows acknowledged.
+//!
+//! `cargo bench --bench committer` (FLOE_BENCH_SECONDS, FLOE_BENCH_RUNS,
+//! FLOE_BENCH_BATCHES="100,1000", FLOE_BENCH_IN_FLIGHT="1,4" narrow it down).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use floe::catalog::table_ident;
+use floe::config::Config;
+use floe::writer::{Message, Writer};
+use serde_json::json;
+
+fn event(i: usize) -> String {
+    const TYPES: [&str; 5] = ["click", "view", "purchase", "signup", "logout"];
+    format!(
+        r#"{{"id":{i},"user_id":{},"event_type":"{}","value":{}.{},"info":"session-{}-abcdefghijklmnopq","ts":"2026-11-30T01:{:02}:{:02}.{:03}Z"}}"#,
+        i % 10_000,
+        TYPES[i % 5],
+        i % 1000,
+        i % 10,
+        i % 977,
+        (i / 60_000) % 60,
+        (i / 1000) % 60,
+        i % 1000
+    )
+}
+
+fn schema() -> serde_json::Value {
+    json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "id", "required": true, "type": "long"},
+        {"id": 2, "name": "user_id", "required": false, "type": "long"},
+        {"id": 3, "name": "event_type", "required": false, "type": "string"},
+        {"id": 4, "name": "value", "required": false, "type": "double"},
+        {"id": 5, "name": "info", "required": false, "type": "string"},
+        {"id": 6, "name": "ts", "required": false, "type": "timestamptz"}
+    ]})
+}
+
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
+}
+
+struct Run {
+    rows_per_s: f64,
+    snapshots_per_s: f64,
+    latencies_ms: Vec<f64>,
+}
+
+fn one_run(
+    rt: &tokio::runtime::Runtime,
+    events: &[String],
+    table: &str,
+    batch: usize,
+    in_flight: usize,
+    budget: Duration,
+) -> Run {
+    let mut cfg = support::services().floe_config();
+    let obj = cfg.as_object_mut().unwrap();
+    obj.insert("namespace".into(), json!("bench"));
+    obj.insert("table".into(), json!(table));
+    obj.insert(
+        "schema_evolution".into(),
+        json!({"enabled": true, "schema": schema()}),
+    );
+    obj.insert("commit".into(), json!({"max_retries": 20}));
+    let writer = rt
+        .block_on(Writer::open(Config::from_json(&cfg.to_string()).unwrap()))
+        .unwrap();
+    let ident = table_ident("bench", table).unwrap();
+    let rows = AtomicUsize::new(0);
+    let latencies = Mutex::new(Vec::new());
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..in_flight {
+            let (writer, rows, latencies) = (&writer, &rows, &latencies);
+            s.spawn(move || {
+                let mut mine = Vec::new();
+                let mut k = t;
+                while started.elapsed() < budget {
+                    let first = (k * batch) % (events.len() - batch);
+                    let msgs: Vec<Message> = events[first..first + batch]
+                        .iter()
+                        .map(|e| Message::insert(e.as_bytes()))
+                        .collect();
+                    let call = Instant::now();
+                    let out = rt.block_on(writer.write_batch(&msgs));
+                    mine.push(call.elapsed().as_secs_f64() * 1e3);
+                    assert!(
+                        out.failures.iter().all(Option::is_none),
+                        "{:?}",
+                        out.failures[0]
+                    );
+                    rows.fetch_add(out.rows_committed, Ordering::Relaxed);
+                    k += in_flight;
+                }
+                latencies.lock().unwrap().extend(mine);
+            });
+        }
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let table = rt
+        .block_on(writer.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let snapshots = table.metadata.snapshots().count();
+    let total: usize = table
+        .metadata
+        .current_snapshot()
+        .and_then(|s| {
+            s.summary()
+                .additional_properties
+                .get("total-records")
+                .cloned()
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let acknowledged = rows.load(Ordering::Relaxed);
+    assert_eq!(total, acknowledged, "table holds what was acknowledged");
+    Run {
+        rows_per_s: acknowledged as f64 / elapsed,
+        snapshots_per_s: snapshots as f64 / elapsed,
+        latencies_ms: latencies.into_inner().unwrap(),
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn summary(values: &mut [f64]) -> String {
+    values.sort_by(f64::total_cmp);
+    format!(
+        "{:>9.0} [{:.0}–{:.0}]",
+        values[values.len() / 2],
+        values[0],
+        values[values.len() - 1]
+    )
+}
+
+fn main() {
+    let batches = env_list("FLOE_BENCH_BATCHES", &[100, 1_000, 10_000]);
+    let in_flights = env_list("FLOE_BENCH_IN_FLIGHT", &[1, 4, 16, 64]);
+    let runs = env_list("FLOE_BENCH_RUNS", &[3])[0].max(1);
+    let budget = Duration::from_secs_f64(
+        std::env::var("FLOE_BENCH_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4.0),
+    );
+    let events: Vec<String> = (0..200_000).map(event).collect();
+    let mean_len = events.iter().map(String::len).sum::<usize>() / events.len();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    eprintln!(
+        "committer bench: {mean_len}-B events, {runs} runs × {:.0} s per point after a warm-up, REST fixture + SeaweedFS on loopback",
+        budget.as_secs_f64()
+    );
+    let _ = support::services();
+    one_run(&rt, &events, "warmup", 1_000, 4, Duration::from_secs(2));
+    println!(
+        "| batch | max_in_flight | rows/s median [min–max] | snapshots/s median [min–max] | call p50 ms | call p95 ms |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let mut table_no = 0;
+    for &batch in &batches {
+        for &in_flight in &in_flights {
+            let mut rows = Vec::new();
+            let mut snaps = Vec::new();
+            let mut lat = Vec::new();
+            for _ in 0..runs {
+                table_no += 1;
+                let run = one_run(
+                    &rt,
+                    &events,
+                    &format!("t{table_no}_{batch}_{in_flight}"),
+                    batch,
+                    in_flight,
+                    budget,
+                );
+                rows.push(run.rows_per_s);
+                snaps.push(run.snapshots_per_s);
+                lat.extend(run.latencies_ms);
+            }
+            lat.sort_by(f64::total_cmp);
+            println!(
+                "| {batch} | {in_flight} | {} | {} | {:.1} | {:.1} |",
+                summary(&mut rows),
+                summary(&mut snaps),
+                percentile(&lat, 0.5),
+                percentile(&lat, 0.95)
+            );
+        }
+    }
+}
