@@ -156,11 +156,13 @@ impl TableCommitter {
         // stages without encoding far ahead of what the catalog accepts.
         let (encoded_tx, encoded_rx) = mpsc::channel(1);
         let (view_tx, view_rx) = watch::channel(Arc::new(view));
+        let pace = Arc::new(Mutex::new(Pace::default()));
         tokio::spawn(encode_loop(
             queue_rx,
             encoded_tx,
             view_rx.clone(),
             ledger.clone(),
+            pace.clone(),
             options.clone(),
         ));
         tokio::spawn(
@@ -171,6 +173,7 @@ impl TableCommitter {
                 options,
                 last_expiry: None,
                 manifest_list: None,
+                pace,
             }
             .run(encoded_rx),
         );
@@ -230,18 +233,48 @@ struct EncodedGroup {
     pendings: Vec<Pending>,
 }
 
-/// Collects the next group: the first submission to arrive, then whatever else waits
-/// (or arrives within `linger`) up to the group limits. A submission that would
-/// overflow the group is carried into the next one.
-async fn next_group(
+/// Commit and encode durations, so the encoder can collect a group just in time: late
+/// enough that everything arriving during the current commit joins it, early enough that
+/// its files are written when the commit stage frees up.
+#[derive(Default)]
+struct Pace {
+    commit_started: Option<Instant>,
+    commit: Duration,
+    encode: Duration,
+}
+
+impl Pace {
+    fn smooth(average: &mut Duration, sample: Duration) {
+        *average = if average.is_zero() {
+            sample
+        } else {
+            average.mul_f64(0.8) + sample.mul_f64(0.2)
+        };
+    }
+
+    /// How long to wait before collecting: until the commit in flight is expected to end,
+    /// less the time encoding takes. Never more than one expected commit.
+    fn wait(&self) -> Duration {
+        let Some(started) = self.commit_started else {
+            return Duration::ZERO;
+        };
+        let ready_at = started + self.commit;
+        ready_at
+            .checked_duration_since(Instant::now() + self.encode)
+            .unwrap_or_default()
+            .min(self.commit)
+    }
+}
+
+/// Collects a group starting with `first`: whatever else waits (or arrives within
+/// `linger`) up to the group limits. A submission that would overflow the group is
+/// carried into the next one.
+async fn collect(
+    first: Pending,
     queue: &mut mpsc::UnboundedReceiver<Pending>,
     carry: &mut Option<Pending>,
     options: &CommitterOptions,
-) -> Option<Vec<Pending>> {
-    let first = match carry.take() {
-        Some(p) => p,
-        None => queue.recv().await?,
-    };
+) -> Vec<Pending> {
     let mut rows = first.submission.batch.num_rows();
     let mut bytes = first.submission.bytes;
     let mut group = vec![first];
@@ -265,7 +298,7 @@ async fn next_group(
         bytes += b;
         group.push(p);
     }
-    Some(group)
+    group
 }
 
 async fn encode_loop(
@@ -273,6 +306,7 @@ async fn encode_loop(
     encoded: mpsc::Sender<EncodedGroup>,
     view: watch::Receiver<Arc<TableView>>,
     ledger: Arc<Mutex<Ledger>>,
+    pace: Arc<Mutex<Pace>>,
     options: Arc<CommitterOptions>,
 ) {
     let mut carry = None;
@@ -282,9 +316,18 @@ async fn encode_loop(
         let Ok(slot) = encoded.reserve().await else {
             return;
         };
-        let Some(group) = next_group(&mut queue, &mut carry, &options).await else {
-            return;
+        let first = match carry.take() {
+            Some(p) => p,
+            None => match queue.recv().await {
+                Some(p) => p,
+                None => return,
+            },
         };
+        let wait = pace.lock().expect("pace lock").wait();
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        let group = collect(first, &mut queue, &mut carry, &options).await;
         let current = view.borrow().clone();
         let schema_id = current.schema_id();
         let (fresh, stale): (Vec<Pending>, Vec<Pending>) = group
@@ -310,6 +353,7 @@ async fn encode_loop(
             &current.settings,
         )
         .await;
+        Pace::smooth(&mut pace.lock().expect("pace lock").encode, t0.elapsed());
         tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
         match written {
             Ok(data_files) => {
@@ -357,17 +401,26 @@ struct CommitStage {
     last_expiry: Option<Instant>,
     /// The manifest list of this writer's last commit.
     manifest_list: Option<ManifestListCache>,
+    pace: Arc<Mutex<Pace>>,
 }
 
 impl CommitStage {
     async fn run(mut self, mut encoded: mpsc::Receiver<EncodedGroup>) {
         while let Some(first) = encoded.recv().await {
+            // Marked at once: the encoder, woken by the free slot, reads it next.
+            let started = Instant::now();
+            self.pace.lock().expect("pace lock").commit_started = Some(started);
             let mut groups = vec![first];
             // Everything encoded while the previous commit was in flight goes in this one.
             while let Ok(g) = encoded.try_recv() {
                 groups.push(g);
             }
             self.commit_groups(groups).await;
+            {
+                let mut pace = self.pace.lock().expect("pace lock");
+                pace.commit_started = None;
+                Pace::smooth(&mut pace.commit, started.elapsed());
+            }
             self.expire_if_due().await;
         }
     }
