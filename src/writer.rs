@@ -318,12 +318,7 @@ impl Writer {
         let mut shredder = match self.take_shredder(handle, &view) {
             Ok(s) => s,
             Err(e) => {
-                handle
-                    .committer
-                    .ledger()
-                    .lock()
-                    .expect("ledger lock")
-                    .release(claim);
+                handle.committer.release(claim);
                 return Err(e);
             }
         };
@@ -331,12 +326,7 @@ impl Writer {
         let shredded =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shredder.shred(payloads)));
         let Ok(shredded) = shredded else {
-            handle
-                .committer
-                .ledger()
-                .lock()
-                .expect("ledger lock")
-                .release(claim);
+            handle.committer.release(claim);
             return Err(Error::internal(
                 "the shredder panicked; its state was discarded",
             ));
@@ -356,12 +346,7 @@ impl Writer {
             })
             .collect();
         let Some(batch) = shredded.batch else {
-            handle
-                .committer
-                .ledger()
-                .lock()
-                .expect("ledger lock")
-                .release(claim);
+            handle.committer.release(claim);
             return Ok(GroupResult {
                 rows: 0,
                 committed: false,

@@ -194,6 +194,11 @@ impl TableCommitter {
         &self.ledger
     }
 
+    /// Drops a claim whose rows will not be submitted.
+    pub fn release(&self, claim: u64) {
+        self.ledger.lock().expect("ledger lock").release(claim);
+    }
+
     /// A fresh id under which a call claims offsets in the ledger.
     pub fn new_claim(&self) -> u64 {
         self.next_claim.fetch_add(1, Ordering::Relaxed)
