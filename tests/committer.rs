@@ -136,6 +136,8 @@ enum Fault {
     Answer503AfterApplying,
     /// Do not forward; answer 429.
     Throttle,
+    /// Do not forward; answer 400 (a definite refusal).
+    Reject,
 }
 
 /// A small HTTP/1.1 proxy in front of the REST catalog that injects `faults`, in order,
@@ -226,11 +228,16 @@ async fn proxy_one(
     } else {
         None
     };
-    if fault == Some(Fault::Throttle) {
+    let refusal = match fault {
+        Some(Fault::Throttle) => Some((429, "Too Many Requests", "slow down")),
+        Some(Fault::Reject) => Some((400, "Bad Request", "refused by the test proxy")),
+        _ => None,
+    };
+    if let Some((code, reason, message)) = refusal {
         injected.fetch_add(1, Ordering::SeqCst);
-        let body = r#"{"error":{"message":"slow down","type":"TooManyRequests","code":429}}"#;
+        let body = format!(r#"{{"error":{{"message":"{message}","type":"Test","code":{code}}}}}"#);
         let answer = format!(
-            "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
         return client.write_all(answer.as_bytes()).await;
@@ -294,6 +301,72 @@ fn lost_or_throttled_commit_answers_never_duplicate_rows() {
         ids_read_back("committer.faults"),
         (0..60).collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn files_of_a_refused_commit_are_deleted() {
+    let rt = runtime();
+    let proxy = rt.block_on(FaultProxy::start(
+        services().rest_url.clone(),
+        vec![Fault::Reject],
+    ));
+    let cfg = rest_config(
+        json!({"catalog": {"url": proxy.url}, "namespace": "committer",
+        "table": "cleanup", "schema_evolution": {"enabled": true, "schema": schema()}}),
+    );
+    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    let texts = rows(0, 10);
+    let msgs: Vec<Message> = texts
+        .iter()
+        .map(|t| Message::insert(t.as_bytes()))
+        .collect();
+    let out = rt.block_on(writer.write_batch(&msgs));
+    let error = out.failures[0].as_ref().expect("the commit was refused");
+    assert!(
+        error.to_string().contains("refused by the test proxy"),
+        "{error}"
+    );
+    let location = rt
+        .block_on(
+            writer
+                .catalog()
+                .load_table(&table_ident("committer", "cleanup").unwrap()),
+        )
+        .unwrap()
+        .unwrap()
+        .metadata
+        .location()
+        .to_string();
+    let list = |dir: &str| -> Vec<String> {
+        let out = read_back(
+            "s3-list",
+            json!({"prefix": format!("{location}/{dir}"), "s3": services().duckdb_s3()}),
+        );
+        serde_json::from_value(out["rows"].clone()).unwrap()
+    };
+    assert_eq!(
+        list("data"),
+        Vec::<String>::new(),
+        "data files of the refused commit"
+    );
+    let avro: Vec<String> = list("metadata")
+        .into_iter()
+        .filter(|k| k.ends_with(".avro"))
+        .collect();
+    assert_eq!(
+        avro,
+        Vec::<String>::new(),
+        "manifests of the refused commit"
+    );
+    // The next batch commits normally, and its files are there.
+    let out = rt.block_on(writer.write_batch(&msgs));
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    assert_eq!(list("data").len(), 1);
+    assert_eq!(proxy.injected.load(Ordering::SeqCst), 1);
 }
 
 fn positioned<'a>(texts: &'a [String], source: &'a str, first: i64) -> Vec<Message<'a>> {

@@ -157,12 +157,14 @@ impl TableCommitter {
         let (encoded_tx, encoded_rx) = mpsc::channel(1);
         let (view_tx, view_rx) = watch::channel(Arc::new(view));
         let pace = Arc::new(Mutex::new(Pace::default()));
+        let (commits_done, commits_done_rx) = watch::channel(0u64);
         tokio::spawn(encode_loop(
             queue_rx,
             encoded_tx,
             view_rx.clone(),
             ledger.clone(),
             pace.clone(),
+            commits_done_rx,
             options.clone(),
         ));
         tokio::spawn(
@@ -174,6 +176,7 @@ impl TableCommitter {
                 last_expiry: None,
                 manifest_list: None,
                 pace,
+                commits_done,
             }
             .run(encoded_rx),
         );
@@ -238,14 +241,36 @@ struct EncodedGroup {
     pendings: Vec<Pending>,
 }
 
-/// Commit and encode durations, so the encoder can collect a group just in time: late
-/// enough that everything arriving during the current commit joins it, early enough that
-/// its files are written when the commit stage frees up.
+/// Commit and encode durations, from which the encoder decides when to collect a group.
+///
+/// Callers block until their rows commit, so while a commit is in flight its callers
+/// cannot submit, and the others' batches wait. Two ways to go on:
+/// - *overlap*: collect what waits so its files are written just as the commit ends;
+///   the callers released by that commit then form the group after, so the callers
+///   split into two alternating cohorts, each committed every other round trip;
+/// - *gather*: wait for the commit to end and for its callers to resubmit, then write
+///   everyone's batches as one group; the commit stage idles while it is encoded.
+///
+/// Gathering commits all callers per round trip at the cost of one encode, so it wins
+/// whenever a commit takes longer than encoding a group (the usual case with a remote
+/// catalog); overlapping wins when encoding dominates (large groups).
 #[derive(Default)]
 struct Pace {
     commit_started: Option<Instant>,
     commit: Duration,
     encode: Duration,
+}
+
+/// After a commit ends, how long the encoder keeps taking submissions that arrive close
+/// together (callers released by the commit resubmit within a millisecond or two).
+const GATHER_GAP: Duration = Duration::from_millis(1);
+const GATHER_MAX: Duration = Duration::from_millis(5);
+
+enum Plan {
+    Now,
+    /// Overlap: sleep this long, then collect.
+    Overlap(Duration),
+    Gather,
 }
 
 impl Pace {
@@ -257,41 +282,56 @@ impl Pace {
         };
     }
 
-    /// How long to wait before collecting: until the commit in flight is expected to end,
-    /// less the time encoding takes. Never more than one expected commit.
-    fn wait(&self) -> Duration {
+    fn plan(&self) -> Plan {
         let Some(started) = self.commit_started else {
-            return Duration::ZERO;
+            return Plan::Now;
         };
+        if self.commit > self.encode + GATHER_MAX {
+            return Plan::Gather;
+        }
+        // Overlap: collect when the commit is expected to end, less the encoding time.
         let ready_at = started + self.commit;
-        ready_at
+        let wait = ready_at
             .checked_duration_since(Instant::now() + self.encode)
             .unwrap_or_default()
-            .min(self.commit)
+            .min(self.commit);
+        Plan::Overlap(wait)
     }
 }
 
-/// Collects a group starting with `first`: whatever else waits (or arrives within
-/// `linger`) up to the group limits. A submission that would overflow the group is
-/// carried into the next one.
+/// Collects a group starting with `first`: whatever else waits, or arrives within
+/// `linger`, or (when `gather`) keeps arriving less than [`GATHER_GAP`] apart for up to
+/// [`GATHER_MAX`]; up to the group limits. A submission that would overflow the group
+/// is carried into the next one.
 async fn collect(
     first: Pending,
     queue: &mut mpsc::UnboundedReceiver<Pending>,
     carry: &mut Option<Pending>,
     options: &CommitterOptions,
+    gather: bool,
 ) -> Vec<Pending> {
     let mut rows = first.submission.batch.num_rows();
     let mut bytes = first.submission.bytes;
     let mut group = vec![first];
-    let deadline = Instant::now() + options.linger;
+    let started = Instant::now();
+    let linger_until = started + options.linger;
+    let gather_until = started + if gather { GATHER_MAX } else { Duration::ZERO };
     while rows < options.max_group_rows && bytes < options.max_group_bytes {
-        let next = if options.linger.is_zero() {
-            queue.try_recv().ok()
-        } else {
-            tokio::time::timeout_at(deadline.into(), queue.recv())
-                .await
-                .ok()
-                .flatten()
+        let next = match queue.try_recv() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                let now = Instant::now();
+                let gap_until = (now + GATHER_GAP).min(gather_until);
+                let until = linger_until.max(gap_until);
+                if until <= now {
+                    None
+                } else {
+                    tokio::time::timeout_at(until.into(), queue.recv())
+                        .await
+                        .ok()
+                        .flatten()
+                }
+            }
         };
         let Some(p) = next else { break };
         let (r, b) = (p.submission.batch.num_rows(), p.submission.bytes);
@@ -312,6 +352,7 @@ async fn encode_loop(
     view: watch::Receiver<Arc<TableView>>,
     ledger: Arc<Mutex<Ledger>>,
     pace: Arc<Mutex<Pace>>,
+    mut commits_done: watch::Receiver<u64>,
     options: Arc<CommitterOptions>,
 ) {
     let mut carry = None;
@@ -328,11 +369,22 @@ async fn encode_loop(
                 None => return,
             },
         };
-        let wait = pace.lock().expect("pace lock").wait();
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-        let group = collect(first, &mut queue, &mut carry, &options).await;
+        commits_done.borrow_and_update();
+        let plan = pace.lock().expect("pace lock").plan();
+        let gather = match plan {
+            Plan::Now => false,
+            Plan::Overlap(wait) => {
+                tokio::time::sleep(wait).await;
+                false
+            }
+            Plan::Gather => {
+                // The stage clears `commit_started` before announcing the end, so an end
+                // that came between the check and here is not missed.
+                let _ = commits_done.changed().await;
+                true
+            }
+        };
+        let group = collect(first, &mut queue, &mut carry, &options, gather).await;
         let current = view.borrow().clone();
         let schema_id = current.schema_id();
         let (fresh, stale): (Vec<Pending>, Vec<Pending>) = group
@@ -407,6 +459,8 @@ struct CommitStage {
     /// The manifest list of this writer's last commit.
     manifest_list: Option<ManifestListCache>,
     pace: Arc<Mutex<Pace>>,
+    /// Counts finished commits; the encoder waits on it when gathering.
+    commits_done: watch::Sender<u64>,
 }
 
 impl CommitStage {
@@ -426,6 +480,7 @@ impl CommitStage {
                 pace.commit_started = None;
                 Pace::smooth(&mut pace.commit, started.elapsed());
             }
+            self.commits_done.send_modify(|n| *n += 1);
             self.expire_if_due().await;
         }
     }
@@ -692,5 +747,131 @@ impl CommitStage {
             // Someone moved the head or the catalog is busy: the next round tries again.
             Err(e) => tracing::debug!("snapshot expiry skipped: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Int64Array;
+
+    fn pending(rows: usize, bytes: usize) -> Pending {
+        let column: Vec<i64> = (0..rows as i64).collect();
+        let batch = RecordBatch::try_from_iter([(
+            "id",
+            Arc::new(Int64Array::from(column)) as arrow_array::ArrayRef,
+        )])
+        .unwrap();
+        Pending {
+            claim: 0,
+            submission: Submission {
+                batch,
+                bytes,
+                schema_id: 0,
+                offsets: SourceOffsets::default(),
+            },
+            reply: oneshot::channel().0,
+        }
+    }
+
+    fn options(linger_ms: u64, max_rows: usize, max_bytes: usize) -> CommitterOptions {
+        CommitterOptions {
+            max_retries: 0,
+            cleanup_on_failure: true,
+            manifest_merge: true,
+            max_snapshot_age: Duration::ZERO,
+            linger: Duration::from_millis(linger_ms),
+            max_group_rows: max_rows,
+            max_group_bytes: max_bytes,
+            writer_id: None,
+            parquet: ParquetConfig::default(),
+        }
+    }
+
+    fn sizes(group: &[Pending]) -> Vec<usize> {
+        group
+            .iter()
+            .map(|p| p.submission.batch.num_rows())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn groups_take_what_waits_up_to_the_limits() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for rows in [10, 20, 30, 40] {
+            tx.send(pending(rows, rows * 100)).unwrap();
+        }
+        let mut carry = None;
+        let first = rx.recv().await.unwrap();
+        let group = collect(
+            first,
+            &mut rx,
+            &mut carry,
+            &options(0, 70, usize::MAX),
+            false,
+        )
+        .await;
+        assert_eq!(sizes(&group), vec![10, 20, 30]);
+        // The 40-row batch would overflow: it starts the next group.
+        assert_eq!(
+            carry.as_ref().map(|p| p.submission.batch.num_rows()),
+            Some(40)
+        );
+        // Bytes bound a group too.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for rows in [1, 1, 1] {
+            tx.send(pending(rows, 1_000)).unwrap();
+        }
+        let mut carry = None;
+        let first = rx.recv().await.unwrap();
+        let group = collect(first, &mut rx, &mut carry, &options(0, 100, 2_500), false).await;
+        assert_eq!(group.len(), 2);
+        assert!(carry.is_some());
+    }
+
+    #[tokio::test]
+    async fn linger_waits_for_late_batches_and_zero_linger_does_not() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let late = tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            late.send(pending(2, 10)).unwrap();
+        });
+        let mut carry = None;
+        let group = collect(
+            pending(1, 10),
+            &mut rx,
+            &mut carry,
+            &options(0, 100, 1_000),
+            false,
+        )
+        .await;
+        assert_eq!(sizes(&group), vec![1]);
+        let group = collect(
+            pending(1, 10),
+            &mut rx,
+            &mut carry,
+            &options(200, 100, 1_000),
+            false,
+        )
+        .await;
+        assert_eq!(sizes(&group), vec![1, 2]);
+        drop(tx);
+    }
+
+    #[test]
+    fn slow_commits_gather_and_slow_encoding_overlaps() {
+        let mut pace = Pace {
+            commit_started: None,
+            commit: Duration::from_millis(40),
+            encode: Duration::from_millis(5),
+        };
+        assert!(matches!(pace.plan(), Plan::Now), "nothing in flight");
+        pace.commit_started = Some(Instant::now());
+        assert!(matches!(pace.plan(), Plan::Gather));
+        pace.encode = Duration::from_millis(60);
+        assert!(matches!(pace.plan(), Plan::Overlap(w) if w.is_zero()));
+        pace.encode = Duration::from_millis(38);
+        assert!(matches!(pace.plan(), Plan::Overlap(w) if w <= Duration::from_millis(2)));
     }
 }

@@ -5,6 +5,7 @@ Usage: read_table.py <reader> <json-args>
            pyiceberg-sql args: {"uri": "sqlite:///…", "warehouse": "file:///…", "table": "ns.t"}
            pyiceberg-rest args: {"uri": "http://…", "props": {...}, "table": "ns.t"}
            duckdb-s3     args: {"metadata": "s3://…", "s3": {...}, "sql": "..."}
+           s3-list       args: {"prefix": "s3://bucket/path", "s3": {...}}  (rows: object keys)
 Prints one JSON document: {"rows": [...], "count": n}.
 """
 import json
@@ -50,8 +51,24 @@ def duckdb_connect(s3=None):
     return con
 
 
+def s3_list(args):
+    from pyarrow import fs
+    s3 = args["s3"]
+    endpoint = s3["endpoint"]
+    filesystem = fs.S3FileSystem(
+        access_key=s3["key"], secret_key=s3["secret"], region=s3.get("region", "us-east-1"),
+        endpoint_override=endpoint.split("://")[-1], scheme=endpoint.split("://")[0])
+    prefix = args["prefix"].split("://", 1)[-1]
+    infos = filesystem.get_file_info(fs.FileSelector(prefix, recursive=True, allow_not_found=True))
+    return sorted(i.path for i in infos if i.type == fs.FileType.File)
+
+
 def main():
     reader, args = sys.argv[1], json.loads(sys.argv[2])
+    if reader == "s3-list":
+        keys = s3_list(args)
+        print(json.dumps({"rows": keys, "count": len(keys)}))
+        return
     if reader.startswith("duckdb"):
         con = duckdb_connect(args.get("s3"))
         sql = args["sql"].replace("$T", f"iceberg_scan('{args['metadata']}')")
