@@ -254,3 +254,46 @@ parquet:
 		t.Fatalf("parquet not mapped: %s", raw)
 	}
 }
+
+func TestCommitSectionMapsToRust(t *testing.T) {
+	conf, err := ConfigSpec().ParseYAML(`
+namespace: a
+table: t
+commit:
+  max_snapshot_age: 90m
+  linger: 15ms
+  manifest_merge_enabled: false
+  exactly_once:
+    writer_id: w1
+    source: '${! meta("kafka_partition") }'
+    offset: '${! meta("kafka_offset") }'
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := toRustConfig(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Commit map[string]any `json:"commit"`
+	}
+	_ = json.Unmarshal(raw, &got)
+	c := got.Commit
+	if c["max_snapshot_age"] != "1h30m0s" || c["linger"] != "15ms" || c["manifest_merge_enabled"] != false ||
+		c["cleanup_on_failure"] != true || c["max_retries"] != float64(3) {
+		t.Fatalf("commit not mapped: %s", raw)
+	}
+	if eo := c["exactly_once"].(map[string]any); eo["writer_id"] != "w1" || len(eo) != 1 {
+		t.Fatalf("exactly_once must carry only the writer id (positions travel per message): %s", raw)
+	}
+	bad, _ := ConfigSpec().ParseYAML(`
+namespace: a
+table: t
+commit:
+  exactly_once: {writer_id: " ", source: x, offset: "1"}
+`, nil)
+	if _, err := toRustConfig(bad); err == nil || !strings.Contains(err.Error(), "writer_id") {
+		t.Fatalf("want an empty writer_id refused, got %v", err)
+	}
+}
