@@ -432,8 +432,8 @@ fn exactly_once_replays_write_only_what_is_missing() {
 }
 
 /// Sizes of what a reader must open to plan a scan: the metadata JSON and the head's
-/// manifest list, plus the number of manifests it lists.
-fn metadata_footprint(table_dir: &std::path::Path) -> (u64, u64, usize) {
+/// manifest list, the number of manifests it lists, and the snapshots the table keeps.
+fn metadata_footprint(table_dir: &std::path::Path) -> (u64, u64, usize, usize) {
     let metadata_dir = table_dir.join("metadata");
     let mut newest: Option<(std::time::SystemTime, std::path::PathBuf)> = None;
     for e in std::fs::read_dir(&metadata_dir).unwrap() {
@@ -467,7 +467,8 @@ fn metadata_footprint(table_dir: &std::path::Path) -> (u64, u64, usize) {
     )["rows"][0]["n"]
         .as_i64()
         .unwrap() as usize;
-    (text.len() as u64, list_size, manifests)
+    let snapshots = v["snapshots"].as_array().unwrap().len();
+    (text.len() as u64, list_size, manifests, snapshots)
 }
 
 /// Many small commits on the embedded catalog: with manifest merging and snapshot
@@ -518,24 +519,29 @@ fn metadata_stays_bounded_over_many_small_commits() {
         last.len(),
         median(last)
     );
-    for (done, (json_bytes, list_bytes, manifests)) in &footprints {
+    for (done, (json_bytes, list_bytes, manifests, snapshots)) in &footprints {
         eprintln!(
-            "after {done} commits: metadata.json {json_bytes} B, manifest list {list_bytes} B, {manifests} manifests"
+            "after {done} commits: metadata.json {json_bytes} B, manifest list {list_bytes} B, {manifests} manifests, {snapshots} snapshots kept"
         );
     }
-    let (_, (json_early, list_early, _)) = footprints[0];
-    let (_, (json_late, list_late, manifests_late)) = *footprints.last().unwrap();
     // Bounded, not growing with the commit count: merges cap the manifests near the
-    // table's min-count-to-merge (100) and expiry caps the snapshots kept.
-    assert!(manifests_late <= 101, "{manifests_late} manifests");
-    assert!(
-        json_late < json_early * 3,
-        "metadata.json grew {json_early} → {json_late}"
-    );
-    assert!(
-        list_late < list_early * 3,
-        "manifest list grew {list_early} → {list_late}"
-    );
+    // table's min-count-to-merge (100); expiry caps the snapshots kept to those of the
+    // last 2 s plus at most 100 waiting for the next expiry round.
+    for (done, (json_bytes, list_bytes, manifests, snapshots)) in &footprints {
+        assert!(*manifests <= 101, "after {done}: {manifests} manifests");
+        assert!(
+            *snapshots <= 1_000,
+            "after {done}: {snapshots} snapshots kept"
+        );
+        assert!(
+            *json_bytes < 1 << 20,
+            "after {done}: metadata.json {json_bytes} B"
+        );
+        assert!(
+            *list_bytes < 64 << 10,
+            "after {done}: manifest list {list_bytes} B"
+        );
+    }
     let count = read_back(
         "pyiceberg-sql",
         json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),

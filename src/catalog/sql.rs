@@ -5,6 +5,7 @@
 //! file and swaps the pointer with `UPDATE … WHERE metadata_location = <expected>`, so
 //! concurrent writers (threads or processes) never overwrite each other's snapshots.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,6 +43,10 @@ pub struct SqlCatalog {
     warehouse: String,
     conn: Arc<Mutex<Connection>>,
     file_io: FileIO,
+    /// The metadata last read or written per table. Metadata files are immutable, so an
+    /// entry is valid as long as the catalog row still points at its location; this
+    /// spares every commit a read and parse of the current metadata file.
+    cache: Mutex<HashMap<TableIdent, (String, Arc<TableMetadata>)>>,
 }
 
 impl SqlCatalog {
@@ -70,6 +75,7 @@ impl SqlCatalog {
             warehouse: warehouse.trim_end_matches('/').to_string(),
             conn: Arc::new(Mutex::new(conn)),
             file_io,
+            cache: Mutex::new(HashMap::new()),
         })
     }
 
@@ -100,6 +106,25 @@ impl SqlCatalog {
         })
     }
 
+    /// The metadata at `location`, from the cache when it holds that version.
+    async fn metadata_at(&self, ident: &TableIdent, location: &str) -> Result<Arc<TableMetadata>> {
+        if let Some((cached, metadata)) = self.cache.lock().expect("cache lock").get(ident)
+            && cached == location
+        {
+            return Ok(metadata.clone());
+        }
+        let metadata = Arc::new(self.read_metadata(location).await?);
+        self.remember(ident, location, &metadata);
+        Ok(metadata)
+    }
+
+    fn remember(&self, ident: &TableIdent, location: &str, metadata: &Arc<TableMetadata>) {
+        self.cache
+            .lock()
+            .expect("cache lock")
+            .insert(ident.clone(), (location.to_string(), metadata.clone()));
+    }
+
     async fn read_metadata(&self, location: &str) -> Result<TableMetadata> {
         let bytes = self.file_io.new_input(location)?.read().await?;
         serde_json::from_slice(&bytes)
@@ -116,11 +141,11 @@ impl SqlCatalog {
         Ok(())
     }
 
-    fn loaded(ident: &TableIdent, location: String, metadata: TableMetadata) -> LoadedTable {
+    fn loaded(ident: &TableIdent, location: String, metadata: Arc<TableMetadata>) -> LoadedTable {
         LoadedTable {
             ident: ident.clone(),
             metadata_location: Some(location),
-            metadata: Arc::new(metadata),
+            metadata,
             io_props: Default::default(),
         }
     }
@@ -146,7 +171,7 @@ impl Catalog for SqlCatalog {
         let Some(location) = self.current_location(ident)? else {
             return Ok(None);
         };
-        let metadata = self.read_metadata(&location).await?;
+        let metadata = self.metadata_at(ident, &location).await?;
         Ok(Some(Self::loaded(ident, location, metadata)))
     }
 
@@ -195,7 +220,7 @@ impl Catalog for SqlCatalog {
             )
         })?;
         if inserted == 1 {
-            return Ok(Self::loaded(ident, metadata_location, metadata));
+            return Ok(Self::loaded(ident, metadata_location, Arc::new(metadata)));
         }
         // Another writer created it first: ours was never visible, so remove it.
         let _ = self.file_io.delete(&metadata_location).await;
@@ -244,7 +269,11 @@ impl Catalog for SqlCatalog {
             )
         });
         match swapped {
-            Ok(1) => Ok(Self::loaded(ident, new_location, metadata)),
+            Ok(1) => {
+                let metadata = Arc::new(metadata);
+                self.remember(ident, &new_location, &metadata);
+                Ok(Self::loaded(ident, new_location, metadata))
+            }
             Ok(_) => {
                 let _ = self.file_io.delete(&new_location).await;
                 Err(Error::new(
