@@ -153,16 +153,27 @@ fn summary(values: &mut [f64]) -> String {
 }
 
 fn main() {
-    let batches = env_list("FLOE_BENCH_BATCHES", &[100, 1_000, 10_000]);
-    let in_flights = env_list("FLOE_BENCH_IN_FLIGHT", &[1, 4, 16, 64]);
-    let runs = env_list("FLOE_BENCH_RUNS", &[3])[0].max(1);
+    // `cargo test --all-targets` runs bench binaries without `--bench`: one short point
+    // proves the bench works without spending minutes of a debug build on it.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let batches = env_list(
+        "FLOE_BENCH_BATCHES",
+        if smoke { &[100] } else { &[100, 1_000, 10_000] },
+    );
+    let in_flights = env_list(
+        "FLOE_BENCH_IN_FLIGHT",
+        if smoke { &[4] } else { &[1, 4, 16, 64] },
+    );
+    let runs = env_list("FLOE_BENCH_RUNS", &[if smoke { 1 } else { 3 }])[0].max(1);
     let budget = Duration::from_secs_f64(
         std::env::var("FLOE_BENCH_SECONDS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(4.0),
+            .unwrap_or(if smoke { 0.5 } else { 4.0 }),
     );
-    let events: Vec<String> = (0..200_000).map(event).collect();
+    let events: Vec<String> = (0..if smoke { 20_000 } else { 200_000 })
+        .map(event)
+        .collect();
     let mean_len = events.iter().map(String::len).sum::<usize>() / events.len();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -174,7 +185,9 @@ fn main() {
         budget.as_secs_f64()
     );
     let _ = support::services();
-    one_run(&rt, &events, "warmup", 1_000, 4, Duration::from_secs(2));
+    if !smoke {
+        one_run(&rt, &events, "warmup", 1_000, 4, Duration::from_secs(2));
+    }
     println!(
         "| batch | max_in_flight | rows/s median [min–max] | snapshots/s median [min–max] | call p50 ms | call p95 ms |"
     );

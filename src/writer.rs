@@ -237,7 +237,7 @@ impl Writer {
             .shred_and_submit(&handle, claim, messages, idx, &plan)
             .await;
         if let Err(e) = &result
-            && e.kind() == ErrorKind::NotFound
+            && (e.kind() == ErrorKind::NotFound || handle.committer.is_stopped())
         {
             self.forget_table(ident, &handle).await;
         }

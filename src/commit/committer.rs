@@ -117,19 +117,29 @@ impl Ledger {
 struct Pending {
     claim: u64,
     submission: Submission,
-    reply: oneshot::Sender<Result<Committed>>,
+    reply: Option<oneshot::Sender<Result<Committed>>>,
+    /// Released on drop, however the submission ends (even if a task dies with it).
+    ledger: Arc<Mutex<Ledger>>,
 }
 
-/// Answers a submission and releases its exactly-once claim.
-fn finish(
-    ledger: &Mutex<Ledger>,
-    claim: u64,
-    reply: oneshot::Sender<Result<Committed>>,
-    result: Result<Committed>,
-) {
-    ledger.lock().expect("ledger lock").release(claim);
-    // The caller may have been cancelled; its rows' fate is then only in the table.
-    let _ = reply.send(result);
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Ok(mut ledger) = self.ledger.lock() {
+            ledger.release(self.claim);
+        }
+    }
+}
+
+/// Answers a submission, releasing its exactly-once claim first so a caller that
+/// retries at once finds it free.
+fn finish(mut pending: Pending, result: Result<Committed>) {
+    if let Ok(mut ledger) = pending.ledger.lock() {
+        ledger.release(pending.claim);
+    }
+    if let Some(reply) = pending.reply.take() {
+        // The caller may have been cancelled; its rows' fate is then only in the table.
+        let _ = reply.send(result);
+    }
 }
 
 pub struct TableCommitter {
@@ -162,7 +172,6 @@ impl TableCommitter {
             queue_rx,
             encoded_tx,
             view_rx.clone(),
-            ledger.clone(),
             pace.clone(),
             commits_done_rx,
             options.clone(),
@@ -202,6 +211,12 @@ impl TableCommitter {
         self.ledger.lock().expect("ledger lock").release(claim);
     }
 
+    /// Whether the committer's tasks are gone (only after a panic in one of them); the
+    /// writer then opens the table afresh.
+    pub fn is_stopped(&self) -> bool {
+        self.queue.is_closed()
+    }
+
     /// A fresh id under which a call claims offsets in the ledger.
     pub fn new_claim(&self) -> u64 {
         self.next_claim.fetch_add(1, Ordering::Relaxed)
@@ -215,10 +230,11 @@ impl TableCommitter {
         let pending = Pending {
             claim,
             submission,
-            reply,
+            reply: Some(reply),
+            ledger: self.ledger.clone(),
         };
-        if let Err(mpsc::error::SendError(p)) = self.queue.send(pending) {
-            self.ledger.lock().expect("ledger lock").release(p.claim);
+        if self.queue.send(pending).is_err() {
+            // The returned submission was dropped, releasing its claim.
             return Err(Error::new(
                 ErrorKind::Unavailable,
                 "the table's committer has stopped",
@@ -350,7 +366,6 @@ async fn encode_loop(
     mut queue: mpsc::UnboundedReceiver<Pending>,
     encoded: mpsc::Sender<EncodedGroup>,
     view: watch::Receiver<Arc<TableView>>,
-    ledger: Arc<Mutex<Ledger>>,
     pace: Arc<Mutex<Pace>>,
     mut commits_done: watch::Receiver<u64>,
     options: Arc<CommitterOptions>,
@@ -395,7 +410,7 @@ async fn encode_loop(
                 ErrorKind::Unavailable,
                 "the table's schema changed after the batch was shredded; retry the batch",
             );
-            finish(&ledger, p.claim, p.reply, Err(e));
+            finish(p, Err(e));
         }
         if fresh.is_empty() {
             continue;
@@ -422,14 +437,14 @@ async fn encode_loop(
                 };
                 slot.send(group);
             }
-            Err(e) => fail_all(&ledger, fresh, &e.context("writing data files")),
+            Err(e) => fail_all(fresh, &e.context("writing data files")),
         }
     }
 }
 
-fn fail_all(ledger: &Mutex<Ledger>, pendings: Vec<Pending>, error: &Error) {
+fn fail_all(pendings: Vec<Pending>, error: &Error) {
     for p in pendings {
-        finish(ledger, p.claim, p.reply, Err(error.clone()));
+        finish(p, Err(error.clone()));
     }
 }
 
@@ -518,11 +533,17 @@ impl CommitStage {
                 merge: current.merge,
             }
         } else {
-            match TableView::new(table, current.file_io.clone(), &self.options) {
+            match TableView::new(table.clone(), current.file_io.clone(), &self.options) {
                 Ok(v) => v,
+                // The head must move on regardless, or every later commit would conflict.
                 Err(e) => {
                     tracing::warn!("table properties unusable, keeping the previous settings: {e}");
-                    return;
+                    TableView {
+                        table,
+                        file_io: current.file_io.clone(),
+                        settings: current.settings.clone(),
+                        merge: current.merge,
+                    }
                 }
             }
         };
@@ -543,7 +564,7 @@ impl CommitStage {
                     ErrorKind::Unavailable,
                     "the table changed shape; retry the batch",
                 );
-                fail_all(&self.ledger, g.pendings, &e);
+                fail_all(g.pendings, &e);
                 continue;
             }
             data_files.extend(g.data_files);
@@ -579,12 +600,7 @@ impl CommitStage {
                         .union_with(&offsets);
                 }
                 for p in pendings {
-                    finish(
-                        &self.ledger,
-                        p.claim,
-                        p.reply,
-                        Ok(Committed { snapshot_id }),
-                    );
+                    finish(p, Ok(Committed { snapshot_id }));
                 }
             }
             Err(e) => {
@@ -592,7 +608,7 @@ impl CommitStage {
                     self.delete_files(&changes.data_files, &outcome.written)
                         .await;
                 }
-                fail_all(&self.ledger, pendings, &e);
+                fail_all(pendings, &e);
             }
         }
     }
@@ -638,10 +654,14 @@ impl CommitStage {
             if let Some(previous) = &last_error {
                 let fresh = match self.reload().await {
                     Ok(t) => t,
-                    Err(e) if previous.kind() == ErrorKind::CommitStateUnknown => {
-                        let e = previous
-                            .clone()
-                            .context(format!("and reloading {ident} failed ({e})"));
+                    // Cannot look: if any attempt may have landed, the outcome stays unknown.
+                    Err(e) if maybe_committed => {
+                        let e = Error::new(
+                            ErrorKind::CommitStateUnknown,
+                            format!(
+                                "{previous}; an earlier attempt's outcome is unknown and reloading {ident} failed ({e})"
+                            ),
+                        );
                         return done(Err(e), maybe_committed, written);
                     }
                     Err(e) => return done(Err(e), maybe_committed, written),
@@ -707,9 +727,20 @@ impl CommitStage {
                 Err(e) => return done(Err(e), maybe_committed, written),
             }
         }
-        let e = last_error.expect("loop ran").context(format!(
-            "commit to {ident} failed after {attempts} attempts"
-        ));
+        let last = last_error.expect("loop ran");
+        let e = if maybe_committed {
+            // Not found on the last look, but an attempt of unknown outcome may still land.
+            Error::new(
+                ErrorKind::CommitStateUnknown,
+                format!(
+                    "commit to {ident} failed after {attempts} attempts, one of unknown outcome: {last}"
+                ),
+            )
+        } else {
+            last.context(format!(
+                "commit to {ident} failed after {attempts} attempts"
+            ))
+        };
         done(Err(e), maybe_committed, written)
     }
 
@@ -770,7 +801,8 @@ mod tests {
                 schema_id: 0,
                 offsets: SourceOffsets::default(),
             },
-            reply: oneshot::channel().0,
+            reply: Some(oneshot::channel().0),
+            ledger: Arc::new(Mutex::new(Ledger::default())),
         }
     }
 

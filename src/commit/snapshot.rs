@@ -169,14 +169,9 @@ fn append_summary(metadata: &TableMetadata, files: &SnapshotChanges) -> Result<S
         props.insert(total.to_string(), (before + add).to_string());
     }
     props.insert(COMMIT_ID_PROPERTY.to_string(), files.commit_id.to_string());
-    // Other writer ids' offset records ride along, so the head always holds them.
-    if let Some(previous) = previous {
-        for (k, v) in &previous.additional_properties {
-            if k.starts_with(OFFSETS_PROPERTY_PREFIX) {
-                props.insert(k.clone(), v.clone());
-            }
-        }
-    }
+    // Every writer id's offset record rides along (the newest in main's history), so the
+    // head holds them all even after another tool's snapshot and before old ones expire.
+    props.extend(latest_offset_records(metadata));
     if let Some((writer_id, offsets)) = &files.offsets {
         let mut record = committed_offsets(metadata, writer_id)?;
         if record.intersects(offsets) {
@@ -196,6 +191,34 @@ fn append_summary(metadata: &TableMetadata, files: &SnapshotChanges) -> Result<S
         operation: Operation::Append,
         additional_properties: props,
     })
+}
+
+/// The newest `floe.offsets.*` record of each writer id along main's history.
+fn latest_offset_records(metadata: &TableMetadata) -> HashMap<String, String> {
+    let mut records = HashMap::new();
+    let mut next = metadata.current_snapshot().cloned();
+    while let Some(snapshot) = next {
+        for (k, v) in &snapshot.summary().additional_properties {
+            if k.starts_with(OFFSETS_PROPERTY_PREFIX) && !records.contains_key(k) {
+                records.insert(k.clone(), v.clone());
+            }
+        }
+        next = snapshot
+            .parent_snapshot_id()
+            .and_then(|id| metadata.snapshot_by_id(id).cloned());
+    }
+    records
+}
+
+/// Main's retention settings, kept when the branch moves (iceberg-rust keeps the ref
+/// map private, so they are read from the metadata's JSON form).
+fn main_retention(metadata: &TableMetadata) -> SnapshotRetention {
+    serde_json::to_value(metadata)
+        .ok()
+        .and_then(|v| v.pointer("/refs/main").cloned())
+        .and_then(|r| serde_json::from_value::<SnapshotReference>(r).ok())
+        .map(|r| r.retention)
+        .unwrap_or(SnapshotRetention::branch(None, None, None))
 }
 
 /// Builds an append snapshot of `files` on top of the table's current head: writes the
@@ -322,10 +345,7 @@ pub async fn prepare_snapshot(
             TableUpdate::AddSnapshot { snapshot },
             TableUpdate::SetSnapshotRef {
                 ref_name: MAIN_BRANCH.to_string(),
-                reference: SnapshotReference::new(
-                    snapshot_id,
-                    SnapshotRetention::branch(None, None, None),
-                ),
+                reference: SnapshotReference::new(snapshot_id, main_retention(metadata)),
             },
         ],
         written,
