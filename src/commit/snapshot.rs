@@ -362,3 +362,45 @@ pub fn find_commit(metadata: &TableMetadata, commit_id: Uuid) -> Option<i64> {
         .find(|s| s.summary().additional_properties.get(COMMIT_ID_PROPERTY) == Some(&id))
         .map(|s| s.snapshot_id())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metadata(json: &str) -> TableMetadata {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn offset_records_are_carried_from_history_past_other_tools_snapshots() {
+        // Snapshot 1 (floe) holds writer a's record; the head (another tool) holds none.
+        let json = include_str!("testdata/two_snapshots.json").replacen(
+            r#""summary": {"operation": "append"}"#,
+            r#""summary": {"operation": "append", "floe.offsets.a": "{\"s\":[[0,9]]}"}"#,
+            1,
+        );
+        let m = metadata(&json);
+        let records = latest_offset_records(&m);
+        assert_eq!(
+            records.get("floe.offsets.a").map(String::as_str),
+            Some(r#"{"s":[[0,9]]}"#)
+        );
+        let committed = super::super::offsets::committed_offsets(&m, "a").unwrap();
+        assert!(committed.contains("s", 9) && !committed.contains("s", 10));
+    }
+
+    #[test]
+    fn main_keeps_its_retention_settings() {
+        let json = include_str!("testdata/two_snapshots.json").replace(
+            r#""main": {"snapshot-id": 2, "type": "branch"}"#,
+            r#""main": {"snapshot-id": 2, "type": "branch", "min-snapshots-to-keep": 7}"#,
+        );
+        match main_retention(&metadata(&json)) {
+            SnapshotRetention::Branch {
+                min_snapshots_to_keep,
+                ..
+            } => assert_eq!(min_snapshots_to_keep, Some(7)),
+            other => panic!("main is a branch, got {other:?}"),
+        }
+    }
+}
