@@ -282,7 +282,7 @@ impl Writer {
                 messages[i].offset.expect("checked on entry"),
             );
             if ledger.committed.contains(source, offset) {
-                plan.already_committed += 1;
+                // Already in the table: acknowledged without being written.
             } else if let Some(&first) = first_of.get(&(source, offset)) {
                 plan.duplicates.push((pos, first));
             } else if ledger.in_flight(source, offset) {
@@ -489,7 +489,6 @@ impl Writer {
 #[derive(Default)]
 struct WritePlan {
     write: Vec<usize>,
-    already_committed: usize,
     /// (position, position of its first copy)
     duplicates: Vec<(usize, usize)>,
     refused: Vec<(usize, Error)>,

@@ -12,19 +12,8 @@ use floe::catalog::table_ident;
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
-use support::{read_back, runtime, services};
+use support::{merge, read_back, runtime, services};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn merge(into: &mut Value, more: Value) {
-    match (into, more) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (slot, v) => *slot = v,
-    }
-}
 
 fn rest_config(extra: Value) -> Config {
     let mut c = services().floe_config();

@@ -6,7 +6,7 @@ mod support;
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
-use support::{read_back, runtime};
+use support::{merge, read_back, runtime};
 
 fn mixed_schema() -> Value {
     json!({
@@ -42,17 +42,6 @@ fn config(dir: &std::path::Path, extra: Value) -> Config {
     });
     merge(&mut c, extra);
     Config::from_json(&c.to_string()).unwrap()
-}
-
-fn merge(into: &mut Value, more: Value) {
-    match (into, more) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (slot, v) => *slot = v,
-    }
 }
 
 const MESSAGES: [&str; 4] = [

@@ -15,6 +15,7 @@ use iceberg::io::FileIO;
 use iceberg::spec::{MAIN_BRANCH, ManifestFile, ManifestList, Operation, TableMetadata};
 use iceberg::{TableRequirement, TableUpdate};
 
+use super::snapshot::table_refs;
 use crate::error::Result;
 
 pub const MIN_SNAPSHOTS_TO_KEEP: &str = "history.expire.min-snapshots-to-keep";
@@ -34,9 +35,11 @@ pub fn expired_snapshots(metadata: &TableMetadata, max_age: Duration, now_ms: i6
     if !metadata.snapshots().any(|s| s.timestamp_ms() < cutoff) {
         return Vec::new();
     }
-    let Some(mut keep) = ref_heads(metadata) else {
+    // Refs that cannot be read: expire nothing rather than a ref's head.
+    let Some(refs) = table_refs(metadata) else {
         return Vec::new();
     };
+    let mut keep: HashSet<i64> = refs.values().map(|r| r.snapshot_id).collect();
     let mut next = metadata.snapshot_for_ref(MAIN_BRANCH).cloned();
     for _ in 0..min_keep {
         let Some(s) = next else { break };
@@ -49,17 +52,6 @@ pub fn expired_snapshots(metadata: &TableMetadata, max_age: Duration, now_ms: i6
         .snapshots()
         .filter(|s| s.timestamp_ms() < cutoff && !keep.contains(&s.snapshot_id()))
         .map(|s| s.snapshot_id())
-        .collect()
-}
-
-/// Snapshot ids every ref (branch or tag) points at. iceberg-rust keeps the ref map
-/// private, so it is read from the metadata's JSON form (only when expiry is due).
-/// `None` when they cannot be read: then nothing is expired.
-fn ref_heads(metadata: &TableMetadata) -> Option<HashSet<i64>> {
-    let json = serde_json::to_value(metadata).ok()?;
-    let refs = json.get("refs")?.as_object()?;
-    refs.values()
-        .map(|r| r.get("snapshot-id").and_then(|id| id.as_i64()))
         .collect()
 }
 

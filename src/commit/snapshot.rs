@@ -210,13 +210,17 @@ fn latest_offset_records(metadata: &TableMetadata) -> HashMap<String, String> {
     records
 }
 
-/// Main's retention settings, kept when the branch moves (iceberg-rust keeps the ref
-/// map private, so they are read from the metadata's JSON form).
+/// The table's refs (branches and tags) by name. iceberg-rust keeps the ref map private,
+/// so it is read from the metadata's JSON form; `None` when that fails.
+pub fn table_refs(metadata: &TableMetadata) -> Option<HashMap<String, SnapshotReference>> {
+    let json = serde_json::to_value(metadata).ok()?;
+    serde_json::from_value(json.get("refs")?.clone()).ok()
+}
+
+/// Main's retention settings, kept when the branch moves.
 fn main_retention(metadata: &TableMetadata) -> SnapshotRetention {
-    serde_json::to_value(metadata)
-        .ok()
-        .and_then(|v| v.pointer("/refs/main").cloned())
-        .and_then(|r| serde_json::from_value::<SnapshotReference>(r).ok())
+    table_refs(metadata)
+        .and_then(|mut refs| refs.remove(MAIN_BRANCH))
         .map(|r| r.retention)
         .unwrap_or(SnapshotRetention::branch(None, None, None))
 }

@@ -24,6 +24,18 @@ pub fn read_back(reader: &str, args: Value) -> Value {
     serde_json::from_slice(&out.stdout).expect("reader prints JSON")
 }
 
+/// Merges JSON objects deeply: `more`'s values win, nested objects merge.
+pub fn merge(into: &mut Value, more: Value) {
+    match (into, more) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
