@@ -86,6 +86,19 @@ typedef struct floe_batch {
   const int64_t *message_offsets;
 } floe_batch;
 
+// What a writer has committed since it was opened, over all its tables.
+typedef struct floe_stats {
+  uint64_t rows;
+  uint64_t snapshots;
+  uint64_t data_files;
+  uint64_t data_bytes;
+  // Commit stage per snapshot (manifests, manifest list, catalog call, retries), in
+  // microseconds: median, 95th percentile (within 2%) and maximum.
+  uint64_t commit_p50_us;
+  uint64_t commit_p95_us;
+  uint64_t commit_max_us;
+} floe_stats;
+
 
 
 #ifdef __cplusplus
@@ -191,6 +204,15 @@ size_t floe_batch_result_snapshots(const struct floe_batch_result *result);
 // # Safety
 // Each pointer argument must be NULL or a live object obtained from floe.
 void floe_batch_result_free(struct floe_batch_result *result);
+
+// Stores the writer's counters in `*stats_out`. Cheap; safe to call during writes.
+//
+// # Safety
+// `writer` must be a live writer; `stats_out` valid for a write; `err_out` NULL or valid
+// for a write.
+floe_status floe_writer_stats(const struct floe_writer *writer,
+                              struct floe_stats *stats_out,
+                              struct floe_error **err_out);
 
 #ifdef __cplusplus
 }  // extern "C"

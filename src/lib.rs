@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod commit;
 pub mod ffi;
 pub mod partition_spec;
+pub mod stats;
 pub mod storage;
 pub mod write;
 pub mod writer;

@@ -22,6 +22,7 @@ use crate::config::{CatalogKind, Config};
 use crate::error::{Error, ErrorKind, Result};
 use crate::partition_spec::parse_partition_spec;
 use crate::shred::{DecodeOptions, MessageError, Shredder};
+use crate::stats::StatsSnapshot;
 use crate::storage::{build_file_io, file_io_props, location_url};
 
 /// One message of a batch, with the table it goes to when the host evaluated one.
@@ -79,6 +80,11 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// Rows, snapshots and files committed so far, and commit latency.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.options.stats.snapshot()
+    }
+
     /// Opens the catalog the config names (without touching any table yet).
     pub async fn open(config: Config) -> Result<Self> {
         let io_props = file_io_props(&config.storage);
@@ -108,6 +114,7 @@ impl Writer {
             max_group_bytes: commit.max_group_bytes,
             writer_id: commit.exactly_once.as_ref().map(|e| e.writer_id.clone()),
             parquet: config.parquet.clone(),
+            stats: Arc::default(),
         });
         Ok(Writer {
             config,

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -100,6 +101,33 @@ func (w *Writer) Close() error {
 		w.ptr = nil
 	}
 	return nil
+}
+
+// Stats is what a writer has committed since it opened, over all its tables.
+type Stats struct {
+	Rows, Snapshots, DataFiles, DataBytes uint64
+	// Commit stage per snapshot (manifests, manifest list, catalog call, retries).
+	CommitP50, CommitP95, CommitMax time.Duration
+}
+
+// Stats reads the writer's counters; cheap, and safe while writes are in flight.
+func (w *Writer) Stats() (Stats, error) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.ptr == nil {
+		return Stats{}, ErrClosed
+	}
+	var cs C.floe_stats
+	var cerr *C.floe_error
+	if status := C.floe_writer_stats(w.ptr, &cs, &cerr); status != C.FLOE_STATUS_OK {
+		return Stats{}, takeError(status, cerr)
+	}
+	us := func(v C.uint64_t) time.Duration { return time.Duration(v) * time.Microsecond }
+	return Stats{
+		Rows: uint64(cs.rows), Snapshots: uint64(cs.snapshots),
+		DataFiles: uint64(cs.data_files), DataBytes: uint64(cs.data_bytes),
+		CommitP50: us(cs.commit_p50_us), CommitP95: us(cs.commit_p95_us), CommitMax: us(cs.commit_max_us),
+	}, nil
 }
 
 // Batch is one call's messages; Namespaces and Tables are nil when the config's

@@ -102,6 +102,22 @@ func TestConcurrentWritesOnOneWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	st, err := w.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rows != 1600 || st.Snapshots == 0 || st.Snapshots > 16 || st.DataFiles < st.Snapshots || st.DataBytes == 0 {
+		t.Fatalf("stats do not add up for 16 × 100 rows: %+v", st)
+	}
+	if st.CommitP50 <= 0 || st.CommitP50 > st.CommitP95 || st.CommitP95 > st.CommitMax {
+		t.Fatalf("commit latency quantiles out of order: %+v", st)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Stats(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Stats after Close: want ErrClosed, got %v", err)
+	}
 }
 
 func TestCloseIsIdempotentAndWriteAfterCloseFails(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/floe-dev/floe/go-shim/floe"
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -361,12 +362,27 @@ func (o *output) Close(ctx context.Context) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.writer != nil {
+		o.logStats()
 		err := o.writer.Close()
 		o.writer = nil
 		return err
 	}
 	return nil
 }
+
+// logStats reports what this output committed: the line a user (or the bench sweep)
+// reads after a run to see commits, files and commit latency.
+func (o *output) logStats() {
+	st, err := o.writer.Stats()
+	if err != nil {
+		o.log.Warnf("iceberg output stats unavailable: %v", err)
+		return
+	}
+	o.log.Infof("iceberg output committed rows=%d snapshots=%d data_files=%d data_bytes=%d commit_p50_ms=%.1f commit_p95_ms=%.1f commit_max_ms=%.1f",
+		st.Rows, st.Snapshots, st.DataFiles, st.DataBytes, ms(st.CommitP50), ms(st.CommitP95), ms(st.CommitMax))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // toRustConfig maps the parsed YAML onto libfloe's JSON config, leaving out unset
 // optional values so libfloe's defaults (and the table's properties) apply.

@@ -35,6 +35,7 @@ use super::snapshot::{ManifestListCache, SnapshotChanges, find_commit, prepare_s
 use crate::catalog::{Catalog, LoadedTable};
 use crate::config::ParquetConfig;
 use crate::error::{Error, ErrorKind, Result};
+use crate::stats::WriterStats;
 use crate::write::{FileSettings, file_settings, write_data_files};
 
 /// How the committer behaves; from the `commit` section of the config.
@@ -49,6 +50,8 @@ pub struct CommitterOptions {
     pub max_group_bytes: usize,
     pub writer_id: Option<String>,
     pub parquet: ParquetConfig,
+    /// The writer's counters, which every table's commit stage adds to.
+    pub stats: Arc<WriterStats>,
 }
 
 /// What the committer currently knows of its table; shared read-only with callers.
@@ -551,6 +554,7 @@ impl CommitStage {
     }
 
     async fn commit_groups(&mut self, groups: Vec<EncodedGroup>) {
+        let started = Instant::now();
         // Groups encoded against different schemas cannot share a snapshot; the first
         // decides and the rest are answered with a retryable error.
         let schema_id = groups[0].schema_id;
@@ -592,6 +596,7 @@ impl CommitStage {
         let outcome = self.commit_with_retries(&changes).await;
         match outcome.result {
             Ok(snapshot_id) => {
+                self.record(&changes.data_files, started.elapsed());
                 if !offsets.is_empty() {
                     self.ledger
                         .lock()
@@ -611,6 +616,14 @@ impl CommitStage {
                 fail_all(pendings, &e);
             }
         }
+    }
+
+    fn record(&self, data_files: &[DataFile], took: Duration) {
+        let rows = data_files.iter().map(|f| f.record_count()).sum();
+        let bytes = data_files.iter().map(|f| f.file_size_in_bytes()).sum();
+        self.options
+            .stats
+            .record_commit(rows, data_files.len() as u64, bytes, took);
     }
 
     /// Files of a definitively refused commit: nothing references them.
@@ -816,6 +829,7 @@ mod tests {
             max_group_rows: max_rows,
             max_group_bytes: max_bytes,
             writer_id: None,
+            stats: Arc::default(),
             parquet: ParquetConfig::default(),
         }
     }

@@ -406,3 +406,54 @@ pub unsafe extern "C" fn floe_batch_result_free(result: *mut FloeBatchResult) {
         drop(unsafe { Box::from_raw(result) });
     }
 }
+
+/// What a writer has committed since it was opened, over all its tables.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FloeWriterStats {
+    pub rows: u64,
+    pub snapshots: u64,
+    pub data_files: u64,
+    pub data_bytes: u64,
+    /// Commit stage per snapshot (manifests, manifest list, catalog call, retries), in
+    /// microseconds: median, 95th percentile (within 2%) and maximum.
+    pub commit_p50_us: u64,
+    pub commit_p95_us: u64,
+    pub commit_max_us: u64,
+}
+
+/// Stores the writer's counters in `*stats_out`. Cheap; safe to call during writes.
+///
+/// # Safety
+/// `writer` must be a live writer; `stats_out` valid for a write; `err_out` NULL or valid
+/// for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_writer_stats(
+    writer: *const FloeWriter,
+    stats_out: *mut FloeWriterStats,
+    err_out: *mut *mut FloeError,
+) -> FloeStatus {
+    ffi_boundary(err_out, || {
+        // SAFETY: NULL or a live writer.
+        let Some(writer) = (unsafe { writer.as_ref() }) else {
+            return Err(invalid("floe_writer_stats: NULL writer"));
+        };
+        if stats_out.is_null() {
+            return Err(invalid("floe_writer_stats: NULL stats_out"));
+        }
+        let s = writer.inner.stats();
+        let us = |d: std::time::Duration| d.as_micros() as u64;
+        let stats = FloeWriterStats {
+            rows: s.rows,
+            snapshots: s.snapshots,
+            data_files: s.data_files,
+            data_bytes: s.data_bytes,
+            commit_p50_us: us(s.commit_p50),
+            commit_p95_us: us(s.commit_p95),
+            commit_max_us: us(s.commit_max),
+        };
+        // SAFETY: checked non-NULL above.
+        unsafe { *stats_out = stats };
+        Ok(())
+    })
+}
