@@ -6,10 +6,13 @@ GO         ?= go
 PYTHON     ?= python3
 CBINDGEN_VERSION := 0.29.2
 FLOE_BIN   := go-shim/cmd/floe/floe
+SINKBENCH  := go-shim/cmd/sinkbench/sinkbench
+GO_PEER    := bench-configs/peers/iceberg-go/iceberg-go-append
 LIB        := target/release/libfloe.a
 E2E        := e2e
 
-.PHONY: run test lib bin header header-check py-deps rust-test go-test e2e-test lint fmt clean
+.PHONY: run test lib bin header header-check py-deps rust-test go-test e2e-test lint fmt clean \
+	bench bench-quick bench-deps bench-components
 
 $(LIB): Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 	$(CARGO) build --release
@@ -23,6 +26,28 @@ bin: $(FLOE_BIN)
 
 py-deps:
 	$(PYTHON) $(E2E)/install_python_deps.py
+
+$(SINKBENCH): $(LIB) $(shell find go-shim -name '*.go') include/floe.h
+	cd go-shim && $(GO) build -o cmd/sinkbench/sinkbench ./cmd/sinkbench
+
+$(GO_PEER): $(wildcard bench-configs/peers/iceberg-go/*.go) bench-configs/peers/iceberg-go/go.mod
+	cd bench-configs/peers/iceberg-go && $(GO) build -o iceberg-go-append .
+
+bench-deps: bin $(SINKBENCH) $(GO_PEER) py-deps
+	$(PYTHON) $(E2E)/install_python_deps.py --bench
+
+## bench: the whole sweep (pipelines on both catalogs, sinks against peers; about an hour
+## on 2 cores); SWEEP_ARGS adds options (bench-configs/sweep --help).
+bench: bench-deps
+	$(PYTHON) bench-configs/sweep $(SWEEP_ARGS)
+
+## bench-quick: a small grid in a few minutes.
+bench-quick: bench-deps
+	$(PYTHON) bench-configs/sweep --quick $(SWEEP_ARGS)
+
+## bench-components: the fast loop for shred / encode / commit; ARGS="--baseline FILE" compares.
+bench-components:
+	$(CARGO) bench --bench components -- $(ARGS)
 
 ## run: build everything, write 1,000,000 events into ./warehouse, read the count back.
 run: bin py-deps
@@ -49,18 +74,19 @@ rust-test: py-deps
 go-test: $(LIB)
 	cd go-shim && GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./...
 
-e2e-test: bin py-deps
+e2e-test: bench-deps
 	$(PYTHON) -m pytest -q $(E2E)
 
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	test -z "$$(gofmt -l go-shim)"
+	test -z "$$(gofmt -l go-shim bench-configs/peers)"
 	cd go-shim && $(GO) vet ./...
+	cd bench-configs/peers/iceberg-go && $(GO) vet ./...
 
 ## test: every Rust, Go and end-to-end test, installing and starting what they need.
 test: header-check rust-test go-test e2e-test
 
 clean:
 	$(CARGO) clean
-	rm -f $(FLOE_BIN)
+	rm -f $(FLOE_BIN) $(SINKBENCH) $(GO_PEER)

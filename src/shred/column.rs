@@ -112,6 +112,11 @@ struct StructData {
     seen: Vec<u64>,
     stamp: u64,
     case_sensitive: bool,
+    /// The child expected after child `i` (`successor[children.len()]`: the first key),
+    /// learned from the last object that surprised it. Producers write keys in a fixed
+    /// order, but not necessarily the schema's (Benthos sorts them), so after the first
+    /// message nearly every key is matched by comparing bytes, without a hash lookup.
+    successor: Vec<usize>,
 }
 
 /// Decoder and buffer for one field (and, through its children, everything under it).
@@ -653,6 +658,7 @@ impl StructData {
             .zip(arrow.iter())
             .map(|(f, a)| Column::new(f, a, path, opts))
             .collect();
+        let children_len = children.len();
         let by_name = fields
             .iter()
             .enumerate()
@@ -672,6 +678,8 @@ impl StructData {
             by_name,
             stamp: 0,
             case_sensitive: opts.case_sensitive,
+            // Until taught otherwise: the schema's order.
+            successor: (1..=children_len).chain([0]).collect(),
         }
     }
 
@@ -691,13 +699,20 @@ impl StructData {
         let stamp = self.stamp;
         r.begin_object()?;
         let mut first = true;
-        let mut guess = 0;
+        let mut previous = self.children.len();
         loop {
+            let guess = self.successor[previous];
             let expected = self.plain_names.get(guess).and_then(Option::as_deref);
             let index = match r.next_key_expecting(first, expected)? {
                 Key::End => break,
                 Key::Expected => Some(guess),
-                Key::Other(key) => self.lookup(key),
+                Key::Other(key) => {
+                    let found = self.lookup(key);
+                    if let Some(i) = found {
+                        self.successor[previous] = i;
+                    }
+                    found
+                }
             };
             first = false;
             let Some(i) = index else {
@@ -712,7 +727,7 @@ impl StructData {
             }
             self.seen[i] = stamp;
             self.children[i].decode(r)?;
-            guess = i + 1;
+            previous = i;
         }
         for (i, child) in self.children.iter_mut().enumerate() {
             if self.seen[i] != stamp {

@@ -295,3 +295,39 @@ fn failures_deep_inside_containers_are_rolled_back() {
     assert_eq!(m.value(1).column(0).as_string::<i32>().value(0), "z");
     assert_eq!(m.entries().len(), 2);
 }
+
+#[test]
+fn keys_in_any_order_land_in_their_columns() {
+    // Sorted keys (as Benthos writes them), then the schema's order, then a mix, then
+    // sorted again with one key missing and an unknown one: the learned key order must
+    // never put a value in the wrong column.
+    let out = shred(&[
+        r#"{"d": 1.5, "i": 1, "id": 1, "s": "a"}"#,
+        r#"{"d": 2.5, "i": 2, "id": 2, "s": "b"}"#,
+        r#"{"id": 3, "i": 3, "d": 3.5, "s": "c"}"#,
+        r#"{"s": "d", "id": 4, "d": 4.5, "i": 4}"#,
+        r#"{"d": 5.5, "id": 5, "other": true, "s": "e"}"#,
+    ]);
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    let batch = out.batch.unwrap();
+    let column = |name: &str| batch.column_by_name(name).unwrap().clone();
+    let ids: Vec<i64> = column("id").as_primitive::<Int64Type>().values().to_vec();
+    assert_eq!(ids, [1, 2, 3, 4, 5]);
+    let doubles: Vec<f64> = column("d").as_primitive::<Float64Type>().values().to_vec();
+    assert_eq!(doubles, [1.5, 2.5, 3.5, 4.5, 5.5]);
+    let ints = column("i");
+    let ints = ints.as_primitive::<Int32Type>();
+    assert_eq!(
+        (0..5)
+            .map(|k| ints.is_valid(k).then(|| ints.value(k)))
+            .collect::<Vec<_>>(),
+        [Some(1), Some(2), Some(3), Some(4), None]
+    );
+    let strings = column("s");
+    let strings: Vec<&str> = strings
+        .as_string::<i32>()
+        .iter()
+        .map(Option::unwrap)
+        .collect();
+    assert_eq!(strings, ["a", "b", "c", "d", "e"]);
+}
