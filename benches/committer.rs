@@ -78,6 +78,7 @@ fn one_run(
         json!({"enabled": true, "schema": schema()}),
     );
     obj.insert("commit".into(), json!({"max_retries": 20}));
+    obj.insert("max_in_flight".into(), json!(in_flight));
     let writer = rt
         .block_on(Writer::open(Config::from_json(&cfg.to_string()).unwrap()))
         .unwrap();

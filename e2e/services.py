@@ -93,6 +93,7 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen, log: str):
 class Services:
     def __init__(self):
         self.procs = []
+        self.pids = {}  # service name → PID, e.g. for CPU accounting in benchmarks
         self.dir = None
         self.info = {}
 
@@ -108,6 +109,7 @@ class Services:
         proc = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
         self.procs.append(proc)
+        self.pids[name] = proc.pid
         return proc, log
 
     def start(self):

@@ -35,6 +35,10 @@ pub struct Config {
     pub commit: CommitConfig,
     /// Worker threads of the process-wide runtime (set by the first writer opened).
     pub runtime_threads: Option<usize>,
+    /// How many write calls the host runs at once (its `max_in_flight`). When known, a
+    /// table's committer waits briefly for all of them before writing a group, instead
+    /// of committing whichever arrived first (see `commit::committer`).
+    pub max_in_flight: Option<usize>,
 }
 
 fn yes() -> bool {

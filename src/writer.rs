@@ -114,6 +114,7 @@ impl Writer {
             max_group_bytes: commit.max_group_bytes,
             writer_id: commit.exactly_once.as_ref().map(|e| e.writer_id.clone()),
             parquet: config.parquet.clone(),
+            callers: config.max_in_flight,
             stats: Arc::default(),
         });
         Ok(Writer {

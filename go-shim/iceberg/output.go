@@ -472,6 +472,10 @@ func toRustConfig(conf *service.ParsedConfig) ([]byte, error) {
 	if n, _ := conf.FieldInt(fRuntime); n > 0 {
 		out[fRuntime] = n
 	}
+	// libfloe waits for this many concurrent calls before writing a group (group commit).
+	if n, err := conf.FieldMaxInFlight(); err == nil && n > 0 {
+		out["max_in_flight"] = n
+	}
 	return json.Marshal(out)
 }
 

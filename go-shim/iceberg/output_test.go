@@ -259,6 +259,7 @@ func TestCommitSectionMapsToRust(t *testing.T) {
 	conf, err := ConfigSpec().ParseYAML(`
 namespace: a
 table: t
+max_in_flight: 6
 commit:
   max_snapshot_age: 90m
   linger: 15ms
@@ -276,9 +277,13 @@ commit:
 		t.Fatal(err)
 	}
 	var got struct {
-		Commit map[string]any `json:"commit"`
+		Commit      map[string]any `json:"commit"`
+		MaxInFlight int            `json:"max_in_flight"`
 	}
 	_ = json.Unmarshal(raw, &got)
+	if got.MaxInFlight != 6 {
+		t.Fatalf("max_in_flight must reach libfloe (group commit waits for that many calls): %s", raw)
+	}
 	c := got.Commit
 	if c["max_snapshot_age"] != "1h30m0s" || c["linger"] != "15ms" || c["manifest_merge_enabled"] != false ||
 		c["cleanup_on_failure"] != true || c["max_retries"] != float64(3) {

@@ -50,6 +50,8 @@ pub struct CommitterOptions {
     pub max_group_bytes: usize,
     pub writer_id: Option<String>,
     pub parquet: ParquetConfig,
+    /// The host's concurrent calls, when it said (see [`Gathering`]).
+    pub callers: Option<usize>,
     /// The writer's counters, which every table's commit stage adds to.
     pub stats: Arc<WriterStats>,
 }
@@ -284,6 +286,49 @@ struct Pace {
 /// together (callers released by the commit resubmit within a millisecond or two).
 const GATHER_GAP: Duration = Duration::from_millis(1);
 const GATHER_MAX: Duration = Duration::from_millis(5);
+/// The longest wait for the rest of the callers, whatever a commit takes.
+const GATHER_CALLERS_MAX: Duration = Duration::from_secs(1);
+
+/// How long a gathering encoder keeps collecting once the queue is empty.
+///
+/// When the host said how many calls it runs at once, every one of them can join the
+/// group: each has at most one submission per table pending, so the group is complete
+/// once it holds that many. A host pipeline hands a released caller its next batch only
+/// after producing it, so callers come back several milliseconds apart; the encoder waits
+/// for them for up to one commit's duration. Saving a commit saves its catalog and
+/// storage work, which on a busy machine competes with the host for the same cores;
+/// waiting longer than a commit takes would add more latency than the commit costs.
+/// Without that number it takes only what arrives in quick succession.
+#[derive(Clone, Copy)]
+struct Gathering {
+    callers: Option<usize>,
+    until: Instant,
+}
+
+impl Gathering {
+    fn new(callers: Option<usize>, commit: Duration, now: Instant) -> Self {
+        let wait = match callers {
+            Some(_) => commit.clamp(GATHER_MAX, GATHER_CALLERS_MAX),
+            None => GATHER_MAX,
+        };
+        Gathering {
+            callers,
+            until: now + wait,
+        }
+    }
+
+    fn complete(&self, group_len: usize) -> bool {
+        self.callers.is_some_and(|n| group_len >= n)
+    }
+
+    /// Until when to wait for the next submission.
+    fn next_deadline(&self, now: Instant) -> Instant {
+        match self.callers {
+            Some(_) => self.until,
+            None => (now + GATHER_GAP).min(self.until),
+        }
+    }
+}
 
 enum Plan {
     Now,
@@ -319,29 +364,30 @@ impl Pace {
 }
 
 /// Collects a group starting with `first`: whatever else waits, or arrives within
-/// `linger`, or (when `gather`) keeps arriving less than [`GATHER_GAP`] apart for up to
-/// [`GATHER_MAX`]; up to the group limits. A submission that would overflow the group
-/// is carried into the next one.
+/// `linger`, or while `gathering` (see [`Gathering`]); up to the group limits. A
+/// submission that would overflow the group is carried into the next one.
 async fn collect(
     first: Pending,
     queue: &mut mpsc::UnboundedReceiver<Pending>,
     carry: &mut Option<Pending>,
     options: &CommitterOptions,
-    gather: bool,
+    gathering: Option<Gathering>,
 ) -> Vec<Pending> {
     let mut rows = first.submission.batch.num_rows();
     let mut bytes = first.submission.bytes;
     let mut group = vec![first];
     let started = Instant::now();
     let linger_until = started + options.linger;
-    let gather_until = started + if gather { GATHER_MAX } else { Duration::ZERO };
     while rows < options.max_group_rows && bytes < options.max_group_bytes {
         let next = match queue.try_recv() {
             Ok(p) => Some(p),
             Err(_) => {
                 let now = Instant::now();
-                let gap_until = (now + GATHER_GAP).min(gather_until);
-                let until = linger_until.max(gap_until);
+                let gather_until = match gathering {
+                    Some(g) if !g.complete(group.len()) => g.next_deadline(now),
+                    _ => now,
+                };
+                let until = linger_until.max(gather_until);
                 if until <= now {
                     None
                 } else {
@@ -389,20 +435,21 @@ async fn encode_loop(
         };
         commits_done.borrow_and_update();
         let plan = pace.lock().expect("pace lock").plan();
-        let gather = match plan {
-            Plan::Now => false,
+        let gathering = match plan {
+            Plan::Now => None,
             Plan::Overlap(wait) => {
                 tokio::time::sleep(wait).await;
-                false
+                None
             }
             Plan::Gather => {
                 // The stage clears `commit_started` before announcing the end, so an end
                 // that came between the check and here is not missed.
                 let _ = commits_done.changed().await;
-                true
+                let commit = pace.lock().expect("pace lock").commit;
+                Some(Gathering::new(options.callers, commit, Instant::now()))
             }
         };
-        let group = collect(first, &mut queue, &mut carry, &options, gather).await;
+        let group = collect(first, &mut queue, &mut carry, &options, gathering).await;
         let current = view.borrow().clone();
         let schema_id = current.schema_id();
         let (fresh, stale): (Vec<Pending>, Vec<Pending>) = group
@@ -829,6 +876,7 @@ mod tests {
             max_group_rows: max_rows,
             max_group_bytes: max_bytes,
             writer_id: None,
+            callers: None,
             stats: Arc::default(),
             parquet: ParquetConfig::default(),
         }
@@ -854,7 +902,7 @@ mod tests {
             &mut rx,
             &mut carry,
             &options(0, 70, usize::MAX),
-            false,
+            None,
         )
         .await;
         assert_eq!(sizes(&group), vec![10, 20, 30]);
@@ -870,7 +918,7 @@ mod tests {
         }
         let mut carry = None;
         let first = rx.recv().await.unwrap();
-        let group = collect(first, &mut rx, &mut carry, &options(0, 100, 2_500), false).await;
+        let group = collect(first, &mut rx, &mut carry, &options(0, 100, 2_500), None).await;
         assert_eq!(group.len(), 2);
         assert!(carry.is_some());
     }
@@ -889,7 +937,7 @@ mod tests {
             &mut rx,
             &mut carry,
             &options(0, 100, 1_000),
-            false,
+            None,
         )
         .await;
         assert_eq!(sizes(&group), vec![1]);
@@ -898,11 +946,52 @@ mod tests {
             &mut rx,
             &mut carry,
             &options(200, 100, 1_000),
-            false,
+            None,
         )
         .await;
         assert_eq!(sizes(&group), vec![1, 2]);
         drop(tx);
+    }
+
+    #[tokio::test]
+    async fn gathering_waits_for_every_caller_when_their_number_is_known() {
+        // Three callers come back 10 ms apart, as a host pipeline hands them batches.
+        let spaced = |tx: mpsc::UnboundedSender<Pending>| {
+            tokio::spawn(async move {
+                for rows in [2, 3] {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    let _ = tx.send(pending(rows, 10));
+                }
+            })
+        };
+        let opts = options(0, 100, 1_000);
+        let commit = Duration::from_millis(200);
+
+        // Unknown number of callers: only what arrives within a millisecond joins.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        spaced(tx.clone());
+        let g = Gathering::new(None, commit, Instant::now());
+        let group = collect(pending(1, 10), &mut rx, &mut None, &opts, Some(g)).await;
+        assert_eq!(sizes(&group), vec![1]);
+        drop((tx, rx));
+
+        // Three callers: the group waits for all of them, and ends as soon as it has them.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        spaced(tx.clone());
+        let t0 = Instant::now();
+        let g = Gathering::new(Some(3), commit, t0);
+        let group = collect(pending(1, 10), &mut rx, &mut None, &opts, Some(g)).await;
+        assert_eq!(sizes(&group), vec![1, 2, 3]);
+        assert!(t0.elapsed() < commit, "waited past the last caller");
+
+        // The wait is bounded by the commit's duration when a caller does not come back.
+        let (tx2, mut rx2) = mpsc::unbounded_channel::<Pending>();
+        let t0 = Instant::now();
+        let g = Gathering::new(Some(3), Duration::from_millis(30), t0);
+        let group = collect(pending(1, 10), &mut rx2, &mut None, &opts, Some(g)).await;
+        assert_eq!(sizes(&group), vec![1]);
+        assert!(t0.elapsed() >= Duration::from_millis(30));
+        drop((tx, tx2));
     }
 
     #[test]

@@ -28,7 +28,7 @@ import (
 
 type options struct {
 	restURL, s3Endpoint, accessKey, secretKey, region, bucket string
-	warehouse, namespace, table, ndjson                       string
+	warehouse, namespace, table, ndjson, maxSnapshotAge       string
 	batch, rows, inFlight                                     int
 }
 
@@ -47,13 +47,17 @@ func parseFlags() options {
 	flag.IntVar(&o.batch, "batch", 1000, "rows per write call")
 	flag.IntVar(&o.rows, "rows", 0, "use only the first N lines (0: all)")
 	flag.IntVar(&o.inFlight, "in-flight", 1, "concurrent write calls (max_in_flight)")
+	flag.StringVar(&o.maxSnapshotAge, "max-snapshot-age", "", "commit.max_snapshot_age (empty: floe's default)")
 	flag.Parse()
 	return o
 }
 
 // writerConfig is libfloe's JSON config for these options.
 func writerConfig(o options) ([]byte, error) {
-	cfg := map[string]any{"namespace": o.namespace, "table": o.table}
+	cfg := map[string]any{"namespace": o.namespace, "table": o.table, "max_in_flight": o.inFlight}
+	if o.maxSnapshotAge != "" {
+		cfg["commit"] = map[string]any{"max_snapshot_age": o.maxSnapshotAge}
+	}
 	if o.restURL == "" {
 		cfg["catalog"] = map[string]any{"warehouse": o.warehouse}
 		cfg["schema_evolution"] = map[string]any{"enabled": true}
