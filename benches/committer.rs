@@ -22,32 +22,6 @@ use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::json;
 
-fn event(i: usize) -> String {
-    const TYPES: [&str; 5] = ["click", "view", "purchase", "signup", "logout"];
-    format!(
-        r#"{{"id":{i},"user_id":{},"event_type":"{}","value":{}.{},"info":"session-{}-abcdefghijklmnopq","ts":"2026-11-30T01:{:02}:{:02}.{:03}Z"}}"#,
-        i % 10_000,
-        TYPES[i % 5],
-        i % 1000,
-        i % 10,
-        i % 977,
-        (i / 60_000) % 60,
-        (i / 1000) % 60,
-        i % 1000
-    )
-}
-
-fn schema() -> serde_json::Value {
-    json!({"type": "struct", "schema-id": 0, "fields": [
-        {"id": 1, "name": "id", "required": true, "type": "long"},
-        {"id": 2, "name": "user_id", "required": false, "type": "long"},
-        {"id": 3, "name": "event_type", "required": false, "type": "string"},
-        {"id": 4, "name": "value", "required": false, "type": "double"},
-        {"id": 5, "name": "info", "required": false, "type": "string"},
-        {"id": 6, "name": "ts", "required": false, "type": "timestamptz"}
-    ]})
-}
-
 fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
     std::env::var(name)
         .ok()
@@ -75,7 +49,7 @@ fn one_run(
     obj.insert("table".into(), json!(table));
     obj.insert(
         "schema_evolution".into(),
-        json!({"enabled": true, "schema": schema()}),
+        json!({"enabled": true, "schema": support::bench_schema()}),
     );
     obj.insert("commit".into(), json!({"max_retries": 20}));
     obj.insert("max_in_flight".into(), json!(in_flight));
@@ -173,7 +147,7 @@ fn main() {
             .unwrap_or(if smoke { 0.5 } else { 4.0 }),
     );
     let events: Vec<String> = (0..if smoke { 20_000 } else { 200_000 })
-        .map(event)
+        .map(support::bench_event)
         .collect();
     let mean_len = events.iter().map(String::len).sum::<usize>() / events.len();
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Stages, each on one thread:
-//! - `shred`: floe's JSON → Arrow over `--rows` events of ~142 B, in batches of `--batch`;
+//! - `shred`: floe's JSON → Arrow over `--rows` events of ~148 B, in batches of `--batch`;
 //! - `arrow-json`: arrow-json's decoder on the same input, the reference for `shred`;
 //! - `encode`: floe's data-file writer (Parquet, zstd, statistics) on the shredded
 //!   batches, into the table's folder;
@@ -34,35 +34,12 @@ use floe::storage::build_file_io;
 use floe::write::{file_settings, write_data_files};
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
+use support::{bench_event, bench_schema};
 
-const TYPES: [&str; 5] = ["click", "view", "purchase", "signup", "logout"];
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 const STAGES: [&str; 4] = ["shred", "arrow-json", "encode", "commit"];
-
-/// The benchmark's event shape (bench-configs/events.yaml), ~142 B each.
-fn event(i: usize) -> String {
-    format!(
-        r#"{{"event_type":"{}","id":{i},"info":"session-{}-abcdefghijklmnopqrstuvwxyz0123","ts":"2026-11-30T01:{:02}:{:02}.{:06}Z","user_id":{},"value":{}.{}}}"#,
-        TYPES[i % 5],
-        i % 977,
-        (i / 60_000) % 60,
-        (i / 1000) % 60,
-        i % 1_000_000,
-        i % 10_000,
-        i % 1000,
-        i % 10
-    )
-}
-
-fn schema_json() -> Value {
-    json!({"type": "struct", "schema-id": 0, "fields": [
-        {"id": 1, "name": "id", "required": false, "type": "long"},
-        {"id": 2, "name": "user_id", "required": false, "type": "long"},
-        {"id": 3, "name": "event_type", "required": false, "type": "string"},
-        {"id": 4, "name": "value", "required": false, "type": "double"},
-        {"id": 5, "name": "info", "required": false, "type": "string"},
-        {"id": 6, "name": "ts", "required": false, "type": "timestamptz"}
-    ]})
-}
 
 struct Args {
     rows: usize,
@@ -139,7 +116,7 @@ impl Bench {
         let config = json!({
             "catalog": {"warehouse": dir.to_str().unwrap()},
             "namespace": "bench", "table": "events",
-            "schema_evolution": {"enabled": true, "schema": schema_json()},
+            "schema_evolution": {"enabled": true, "schema": bench_schema()},
             "commit": {"max_snapshot_age": "0s"}
         });
         let writer = rt
@@ -147,7 +124,7 @@ impl Bench {
                 Config::from_json(&config.to_string()).unwrap(),
             ))
             .unwrap();
-        let events: Vec<String> = (0..args.rows).map(event).collect();
+        let events: Vec<String> = (0..args.rows).map(bench_event).collect();
         // The first call creates the table.
         let first = rt.block_on(writer.write_batch(&[Message::insert(events[0].as_bytes())]));
         assert!(
@@ -357,8 +334,12 @@ fn main() {
     );
     let baseline = args.baseline.as_deref().map(load_baseline);
     println!(
-        "components: {} events of ~142 B in batches of {}, {} commits of 10 rows, {} runs after a warm-up, 1 thread",
-        args.rows, args.batch, args.commits, args.runs
+        "components: {} events of {} B on average in batches of {}, {} commits of 10 rows, {} runs after a warm-up, 1 thread",
+        args.rows,
+        bench.events.iter().map(String::len).sum::<usize>() / bench.events.len(),
+        args.batch,
+        args.commits,
+        args.runs
     );
     for stage in STAGES {
         let (med, lo, hi) = now[stage];

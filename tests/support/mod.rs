@@ -24,6 +24,35 @@ pub fn read_back(reader: &str, args: Value) -> Value {
     serde_json::from_slice(&out.stdout).expect("reader prints JSON")
 }
 
+/// The benchmarks' event `i`, ~148 B: the shape of `bench-configs/events.yaml`, with its keys
+/// sorted as Benthos writes them.
+pub fn bench_event(i: usize) -> String {
+    const TYPES: [&str; 5] = ["click", "view", "purchase", "signup", "logout"];
+    format!(
+        r#"{{"event_type":"{}","id":{i},"info":"session-{}-abcdefghijklmnopqrstuvwxyz0123","ts":"2026-11-30T01:{:02}:{:02}.{:06}Z","user_id":{},"value":{}.{}}}"#,
+        TYPES[i % 5],
+        i % 977,
+        (i / 60_000) % 60,
+        (i / 1000) % 60,
+        i % 1_000_000,
+        i % 10_000,
+        i % 1000,
+        i % 10
+    )
+}
+
+/// The benchmarks' table schema (Iceberg JSON), the one the sink peers create too.
+pub fn bench_schema() -> Value {
+    serde_json::json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "id", "required": false, "type": "long"},
+        {"id": 2, "name": "user_id", "required": false, "type": "long"},
+        {"id": 3, "name": "event_type", "required": false, "type": "string"},
+        {"id": 4, "name": "value", "required": false, "type": "double"},
+        {"id": 5, "name": "info", "required": false, "type": "string"},
+        {"id": 6, "name": "ts", "required": false, "type": "timestamptz"}
+    ]})
+}
+
 /// Merges JSON objects deeply: `more`'s values win, nested objects merge.
 pub fn merge(into: &mut Value, more: Value) {
     match (into, more) {
