@@ -31,8 +31,9 @@ use floe::catalog::{LoadedTable, table_ident};
 use floe::config::{Config, ParquetConfig};
 use floe::shred::{DecodeOptions, EpochUnit, Shredder};
 use floe::storage::build_file_io;
-use floe::write::{file_settings, write_data_files};
+use floe::write::{FileSettings, file_settings, write_data_files};
 use floe::writer::{Message, Writer};
+use iceberg::io::FileIO;
 use serde_json::{Value, json};
 use support::{bench_event, bench_schema};
 
@@ -101,6 +102,10 @@ struct Bench {
     shredder: Shredder,
     writer: Writer,
     table: LoadedTable,
+    file_io: FileIO,
+    settings: FileSettings,
+    /// Paths of the files the last `encode` wrote.
+    encoded: Vec<String>,
     /// Shredded batches from the last `shred` run, the input of `encode`.
     shredded: Vec<RecordBatch>,
     commit_table: String,
@@ -149,7 +154,10 @@ impl Bench {
             commits: args.commits,
             shredder,
             writer,
+            file_io: build_file_io(HashMap::new()),
+            settings: file_settings(&ParquetConfig::default(), &table.metadata).unwrap(),
             table,
+            encoded: Vec::new(),
             shredded: Vec::new(),
             commit_table: String::new(),
         }
@@ -196,34 +204,38 @@ impl Bench {
     }
 
     fn encode(&mut self) -> usize {
-        if self.shredded.is_empty() {
-            self.shred();
-        }
-        let metadata = &self.table.metadata;
-        let settings = file_settings(&ParquetConfig::default(), metadata).unwrap();
-        let file_io = build_file_io(HashMap::new());
         let files = self
             .rt
             .block_on(write_data_files(
                 &self.shredded,
-                metadata,
-                &file_io,
-                &settings,
+                &self.table.metadata,
+                &self.file_io,
+                &self.settings,
             ))
             .unwrap();
-        // The files are not committed; remove them so runs do not fill the disk.
-        for f in &files {
-            let _ = std::fs::remove_file(f.file_path().trim_start_matches("file://"));
-        }
+        self.encoded = files.iter().map(|f| f.file_path().to_string()).collect();
         files.iter().map(|f| f.record_count() as usize).sum()
     }
 
-    /// Untimed set-up: `commit` writes each run into a table of its own (created here),
+    /// Untimed set-up. `commit` writes each run into a table of its own (created here),
     /// so the metadata of earlier runs does not slow later ones.
     fn prepare(&mut self, stage: &str, run: usize) {
-        if stage == "commit" {
-            self.commit_table = format!("commit_{run}");
-            self.write_to_commit_table(0);
+        match stage {
+            "encode" => {
+                if self.shredded.is_empty() {
+                    self.shred();
+                }
+                // The last run's files were never committed: remove them, untimed, so
+                // runs do not fill the disk.
+                for path in self.encoded.drain(..) {
+                    let _ = std::fs::remove_file(path.trim_start_matches("file://"));
+                }
+            }
+            "commit" => {
+                self.commit_table = format!("commit_{run}");
+                self.write_to_commit_table(0);
+            }
+            _ => {}
         }
     }
 

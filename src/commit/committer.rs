@@ -135,13 +135,12 @@ impl Drop for Pending {
     }
 }
 
-/// Answers a submission, releasing its exactly-once claim first so a caller that
-/// retries at once finds it free.
+/// Answers a submission. Dropping it first releases its exactly-once claim (once, in
+/// `Drop`), so a caller that retries at once finds the claim free.
 fn finish(mut pending: Pending, result: Result<Committed>) {
-    if let Ok(mut ledger) = pending.ledger.lock() {
-        ledger.release(pending.claim);
-    }
-    if let Some(reply) = pending.reply.take() {
+    let reply = pending.reply.take();
+    drop(pending);
+    if let Some(reply) = reply {
         // The caller may have been cancelled; its rows' fate is then only in the table.
         let _ = reply.send(result);
     }

@@ -12,7 +12,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -72,20 +71,22 @@ func writerConfig(o options) ([]byte, error) {
 	return json.Marshal(cfg)
 }
 
+// readLines returns the file's non-empty lines as views into one buffer (no copies).
 func readLines(path string, limit int) ([][]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var lines [][]byte
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1<<20), 1<<26)
-	for sc.Scan() && (limit == 0 || len(lines) < limit) {
-		if len(sc.Bytes()) > 0 {
-			lines = append(lines, bytes.Clone(sc.Bytes()))
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		if limit > 0 && len(lines) == limit {
+			break
+		}
+		if len(line) > 0 {
+			lines = append(lines, line)
 		}
 	}
-	return lines, sc.Err()
+	return lines, nil
 }
 
 func chunks(lines [][]byte, size int) [][][]byte {
