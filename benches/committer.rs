@@ -1,14 +1,17 @@
 //! Committer throughput against SeaweedFS + Apache's REST fixture on loopback.
 //!
 //! For batch sizes 100, 1,000, 10,000 × `max_in_flight` 1, 4, 16, 64: that many threads
-//! each call `Writer::write_batch` in a loop on ~142-B events (as the Go host does: each
+//! each call `Writer::write_batch` in a loop on ~148-B events (as the Go host does: each
 //! call blocks its own thread, shredding there), for a time budget per run. Prints rows/s
-//! and snapshots/s (median [min–max] over the runs) and the p50/p95 latency of a call,
-//! i.e. the time until its rows are committed. Each run writes a fresh table and checks
-//! the table's `total-records` against the rows acknowledged.
+//! and snapshots/s (median [min–max] over the runs), the p50/p95 latency of a call (the
+//! time until its rows are committed), and the medians of floe's commit stage, of writing
+//! a group's data files and of the catalog call (from the writer's stats). Each run writes
+//! a fresh table and checks the table's `total-records` against the rows acknowledged.
 //!
 //! `cargo bench --bench committer` (FLOE_BENCH_SECONDS, FLOE_BENCH_RUNS,
-//! FLOE_BENCH_BATCHES="100,1000", FLOE_BENCH_IN_FLIGHT="1,4" narrow it down).
+//! FLOE_BENCH_BATCHES="100,1000", FLOE_BENCH_IN_FLIGHT="1,4" narrow it down;
+//! FLOE_BENCH_MAX_SNAPSHOT_AGE sets `commit.max_snapshot_age`; FLOE_BENCH_WARMUP_SECONDS,
+//! default 30, how long the services are warmed up first).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -33,6 +36,8 @@ struct Run {
     rows_per_s: f64,
     snapshots_per_s: f64,
     latencies_ms: Vec<f64>,
+    /// Medians of the commit stage, the data-file write and the catalog call (ms).
+    stages_ms: [f64; 3],
 }
 
 fn one_run(
@@ -51,7 +56,11 @@ fn one_run(
         "schema_evolution".into(),
         json!({"enabled": true, "schema": support::bench_schema()}),
     );
-    obj.insert("commit".into(), json!({"max_retries": 20}));
+    let mut commit = json!({"max_retries": 20});
+    if let Ok(age) = std::env::var("FLOE_BENCH_MAX_SNAPSHOT_AGE") {
+        commit["max_snapshot_age"] = json!(age);
+    }
+    obj.insert("commit".into(), commit);
     obj.insert("max_in_flight".into(), json!(in_flight));
     let writer = rt
         .block_on(Writer::open(Config::from_json(&cfg.to_string()).unwrap()))
@@ -92,7 +101,6 @@ fn one_run(
         .block_on(writer.catalog().load_table(&ident))
         .unwrap()
         .unwrap();
-    let snapshots = table.metadata.snapshots().count();
     let total: usize = table
         .metadata
         .current_snapshot()
@@ -106,10 +114,17 @@ fn one_run(
         .unwrap_or(0);
     let acknowledged = rows.load(Ordering::Relaxed);
     assert_eq!(total, acknowledged, "table holds what was acknowledged");
+    let stats = writer.stats();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     Run {
         rows_per_s: acknowledged as f64 / elapsed,
-        snapshots_per_s: snapshots as f64 / elapsed,
+        snapshots_per_s: stats.snapshots as f64 / elapsed,
         latencies_ms: latencies.into_inner().unwrap(),
+        stages_ms: [
+            ms(stats.commit_p50),
+            ms(stats.write_p50),
+            ms(stats.catalog_p50),
+        ],
     }
 }
 
@@ -161,18 +176,33 @@ fn main() {
     );
     let _ = support::services();
     if !smoke {
-        one_run(&rt, &events, "warmup", 1_000, 4, Duration::from_secs(2));
+        // A catalog in service has long compiled its hot paths; a freshly started JVM
+        // fixture spends most of its CPU in the JIT compiler for the first half minute
+        // (commit answers from ~50 down to ~25 ms), which would be measured instead.
+        let warmup = std::env::var("FLOE_BENCH_WARMUP_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(30.0);
+        one_run(
+            &rt,
+            &events,
+            "warmup",
+            1_000,
+            4,
+            Duration::from_secs_f64(warmup),
+        );
     }
     println!(
-        "| batch | max_in_flight | rows/s median [min–max] | snapshots/s median [min–max] | call p50 ms | call p95 ms |"
+        "| batch | max_in_flight | rows/s median [min–max] | snapshots/s median [min–max] | call p50 ms | call p95 ms | commit · data files · catalog p50 ms |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
     let mut table_no = 0;
     for &batch in &batches {
         for &in_flight in &in_flights {
             let mut rows = Vec::new();
             let mut snaps = Vec::new();
             let mut lat = Vec::new();
+            let mut stages = Vec::new();
             for _ in 0..runs {
                 table_no += 1;
                 let run = one_run(
@@ -186,14 +216,23 @@ fn main() {
                 rows.push(run.rows_per_s);
                 snaps.push(run.snapshots_per_s);
                 lat.extend(run.latencies_ms);
+                stages.push(run.stages_ms);
             }
             lat.sort_by(f64::total_cmp);
+            let stage = |i: usize| {
+                let mut v: Vec<f64> = stages.iter().map(|s| s[i]).collect();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
             println!(
-                "| {batch} | {in_flight} | {} | {} | {:.1} | {:.1} |",
+                "| {batch} | {in_flight} | {} | {} | {:.1} | {:.1} | {:.1} · {:.1} · {:.1} |",
                 summary(&mut rows),
                 summary(&mut snaps),
                 percentile(&lat, 0.5),
-                percentile(&lat, 0.95)
+                percentile(&lat, 0.95),
+                stage(0),
+                stage(1),
+                stage(2)
             );
         }
     }

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 // Bumped whenever a signature or struct layout in `floe.h` changes incompatibly.
-#define FLOE_ABI_VERSION 2
+#define FLOE_ABI_VERSION 3
 
 // Result of every fallible call. Numbers are stable; new ones are only appended.
 enum floe_status
@@ -97,6 +97,10 @@ typedef struct floe_stats {
   uint64_t commit_p50_us;
   uint64_t commit_p95_us;
   uint64_t commit_max_us;
+  // Medians, in microseconds, of writing one group's data files and of the catalog's
+  // answer to one commit request.
+  uint64_t write_p50_us;
+  uint64_t catalog_p50_us;
 } floe_stats;
 
 

@@ -15,6 +15,8 @@ pub struct WriterStats {
     data_files: AtomicU64,
     data_bytes: AtomicU64,
     commit_latency: Mutex<LatencyHistogram>,
+    write_latency: Mutex<LatencyHistogram>,
+    catalog_latency: Mutex<LatencyHistogram>,
 }
 
 impl std::fmt::Debug for WriterStats {
@@ -34,6 +36,12 @@ pub struct StatsSnapshot {
     pub commit_p50: Duration,
     pub commit_p95: Duration,
     pub commit_max: Duration,
+    /// Median time to write one group's data files (encode + upload), which overlaps the
+    /// previous commit.
+    pub write_p50: Duration,
+    /// Median time of the catalog's answer to one commit request: with `commit_p50`,
+    /// says whether a commit waits on the catalog or on floe's own metadata writes.
+    pub catalog_p50: Duration,
 }
 
 impl WriterStats {
@@ -49,7 +57,26 @@ impl WriterStats {
             .record(took);
     }
 
+    /// Records how long one group's data files took to write.
+    pub fn record_write(&self, took: Duration) {
+        self.write_latency
+            .lock()
+            .expect("latency lock")
+            .record(took);
+    }
+
+    /// Records how long the catalog took to answer one commit request.
+    pub fn record_catalog(&self, took: Duration) {
+        self.catalog_latency
+            .lock()
+            .expect("latency lock")
+            .record(took);
+    }
+
     pub fn snapshot(&self) -> StatsSnapshot {
+        let median = |h: &Mutex<LatencyHistogram>| h.lock().expect("latency lock").quantile(0.5);
+        let write_p50 = median(&self.write_latency);
+        let catalog_p50 = median(&self.catalog_latency);
         let latency = self.commit_latency.lock().expect("latency lock");
         StatsSnapshot {
             rows: self.rows.load(Ordering::Relaxed),
@@ -59,6 +86,8 @@ impl WriterStats {
             commit_p50: latency.quantile(0.50),
             commit_p95: latency.quantile(0.95),
             commit_max: latency.max,
+            write_p50,
+            catalog_p50,
         }
     }
 }
@@ -169,5 +198,16 @@ mod tests {
         );
         assert_eq!(s.commit_max, ms(40.0));
         assert!((s.commit_p50.as_secs_f64() * 1e3 - 20.0).abs() < 0.5);
+        assert_eq!(
+            (s.write_p50, s.catalog_p50),
+            (Duration::ZERO, Duration::ZERO)
+        );
+        for took in [3.0, 5.0, 90.0] {
+            stats.record_write(ms(took));
+            stats.record_catalog(ms(took * 2.0));
+        }
+        let s = stats.snapshot();
+        assert!((s.write_p50.as_secs_f64() * 1e3 - 5.0).abs() < 0.1);
+        assert!((s.catalog_p50.as_secs_f64() * 1e3 - 10.0).abs() < 0.2);
     }
 }

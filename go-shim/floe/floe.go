@@ -18,7 +18,7 @@ import (
 )
 
 // ABIVersion is the C ABI version this binding was written for.
-const ABIVersion = 2
+const ABIVersion = 3
 
 // Status mirrors floe_status.
 type Status uint32
@@ -108,6 +108,8 @@ type Stats struct {
 	Rows, Snapshots, DataFiles, DataBytes uint64
 	// Commit stage per snapshot (manifests, manifest list, catalog call, retries).
 	CommitP50, CommitP95, CommitMax time.Duration
+	// Medians of writing one group's data files and of the catalog's answer to a commit.
+	WriteP50, CatalogP50 time.Duration
 }
 
 // Stats reads the writer's counters; cheap, and safe while writes are in flight.
@@ -127,6 +129,7 @@ func (w *Writer) Stats() (Stats, error) {
 		Rows: uint64(cs.rows), Snapshots: uint64(cs.snapshots),
 		DataFiles: uint64(cs.data_files), DataBytes: uint64(cs.data_bytes),
 		CommitP50: us(cs.commit_p50_us), CommitP95: us(cs.commit_p95_us), CommitMax: us(cs.commit_max_us),
+		WriteP50: us(cs.write_p50_us), CatalogP50: us(cs.catalog_p50_us),
 	}, nil
 }
 

@@ -112,6 +112,9 @@ func TestConcurrentWritesOnOneWriter(t *testing.T) {
 	if st.CommitP50 <= 0 || st.CommitP50 > st.CommitP95 || st.CommitP95 > st.CommitMax {
 		t.Fatalf("commit latency quantiles out of order: %+v", st)
 	}
+	if st.WriteP50 <= 0 || st.CatalogP50 <= 0 || st.CatalogP50 > st.CommitMax {
+		t.Fatalf("stage medians missing or above the slowest commit: %+v", st)
+	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -378,8 +378,9 @@ func (o *output) logStats() {
 		o.log.Warnf("iceberg output stats unavailable: %v", err)
 		return
 	}
-	o.log.Infof("iceberg output committed rows=%d snapshots=%d data_files=%d data_bytes=%d commit_p50_ms=%.1f commit_p95_ms=%.1f commit_max_ms=%.1f",
-		st.Rows, st.Snapshots, st.DataFiles, st.DataBytes, ms(st.CommitP50), ms(st.CommitP95), ms(st.CommitMax))
+	o.log.Infof("iceberg output committed rows=%d snapshots=%d data_files=%d data_bytes=%d commit_p50_ms=%.1f commit_p95_ms=%.1f commit_max_ms=%.1f write_p50_ms=%.1f catalog_p50_ms=%.1f",
+		st.Rows, st.Snapshots, st.DataFiles, st.DataBytes, ms(st.CommitP50), ms(st.CommitP95), ms(st.CommitMax),
+		ms(st.WriteP50), ms(st.CatalogP50))
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -277,6 +277,9 @@ struct EncodedGroup {
 #[derive(Default)]
 struct Pace {
     commit_started: Option<Instant>,
+    /// When the last commit ended: its callers are on their way back until about one
+    /// commit's duration after it.
+    commit_ended: Option<Instant>,
     commit: Duration,
     encode: Duration,
 }
@@ -333,7 +336,10 @@ enum Plan {
     Now,
     /// Overlap: sleep this long, then collect.
     Overlap(Duration),
+    /// Gather once the commit in flight ends.
     Gather,
+    /// Gather now: the commit that released the callers ended at this instant.
+    GatherSince(Instant),
 }
 
 impl Pace {
@@ -346,10 +352,17 @@ impl Pace {
     }
 
     fn plan(&self) -> Plan {
+        let gathers = self.commit > self.encode + GATHER_MAX;
         let Some(started) = self.commit_started else {
-            return Plan::Now;
+            // The first caller back from a commit would otherwise be committed alone,
+            // and the rest, arriving during that commit, in the next: two round trips
+            // where one does. Long after a commit, nobody is on the way back.
+            return match self.commit_ended {
+                Some(ended) if gathers && ended.elapsed() < self.commit => Plan::GatherSince(ended),
+                _ => Plan::Now,
+            };
         };
-        if self.commit > self.encode + GATHER_MAX {
+        if gathers {
             return Plan::Gather;
         }
         // Overlap: collect when the commit is expected to end, less the encoding time.
@@ -447,6 +460,10 @@ async fn encode_loop(
                 let commit = pace.lock().expect("pace lock").commit;
                 Some(Gathering::new(options.callers, commit, Instant::now()))
             }
+            Plan::GatherSince(ended) => {
+                let commit = pace.lock().expect("pace lock").commit;
+                Some(Gathering::new(options.callers, commit, ended))
+            }
         };
         let group = collect(first, &mut queue, &mut carry, &options, gathering).await;
         let current = view.borrow().clone();
@@ -475,6 +492,7 @@ async fn encode_loop(
         )
         .await;
         Pace::smooth(&mut pace.lock().expect("pace lock").encode, t0.elapsed());
+        options.stats.record_write(t0.elapsed());
         tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
         match written {
             Ok(data_files) => {
@@ -542,6 +560,7 @@ impl CommitStage {
             {
                 let mut pace = self.pace.lock().expect("pace lock");
                 pace.commit_started = None;
+                pace.commit_ended = Some(Instant::now());
                 Pace::smooth(&mut pace.commit, started.elapsed());
             }
             self.commits_done.send_modify(|n| *n += 1);
@@ -762,6 +781,7 @@ impl CommitStage {
             {
                 Ok(table) => {
                     let t2 = Instant::now();
+                    self.options.stats.record_catalog(t2 - t1);
                     self.manifest_list = Some(list);
                     self.publish(table);
                     tracing::debug!(
@@ -997,10 +1017,22 @@ mod tests {
     fn slow_commits_gather_and_slow_encoding_overlaps() {
         let mut pace = Pace {
             commit_started: None,
+            commit_ended: None,
             commit: Duration::from_millis(40),
             encode: Duration::from_millis(5),
         };
         assert!(matches!(pace.plan(), Plan::Now), "nothing in flight");
+        let just_now = Instant::now();
+        pace.commit_ended = Some(just_now);
+        assert!(
+            matches!(pace.plan(), Plan::GatherSince(t) if t == just_now),
+            "callers released by a commit that just ended are on their way back"
+        );
+        pace.commit_ended = Some(just_now - Duration::from_millis(41));
+        assert!(
+            matches!(pace.plan(), Plan::Now),
+            "a commit ago: nobody is coming"
+        );
         pace.commit_started = Some(Instant::now());
         assert!(matches!(pace.plan(), Plan::Gather));
         pace.encode = Duration::from_millis(60);

@@ -420,6 +420,10 @@ pub struct FloeWriterStats {
     pub commit_p50_us: u64,
     pub commit_p95_us: u64,
     pub commit_max_us: u64,
+    /// Medians, in microseconds, of writing one group's data files and of the catalog's
+    /// answer to one commit request.
+    pub write_p50_us: u64,
+    pub catalog_p50_us: u64,
 }
 
 /// Stores the writer's counters in `*stats_out`. Cheap; safe to call during writes.
@@ -451,6 +455,8 @@ pub unsafe extern "C" fn floe_writer_stats(
             commit_p50_us: us(s.commit_p50),
             commit_p95_us: us(s.commit_p95),
             commit_max_us: us(s.commit_max),
+            write_p50_us: us(s.write_p50),
+            catalog_p50_us: us(s.catalog_p50),
         };
         // SAFETY: checked non-NULL above.
         unsafe { *stats_out = stats };
