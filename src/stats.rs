@@ -32,12 +32,14 @@ pub struct StatsSnapshot {
     pub snapshots: u64,
     pub data_files: u64,
     pub data_bytes: u64,
-    /// Commit stage per snapshot: manifests, manifest list, catalog call, retries.
+    /// Commit stage per snapshot: manifests, manifest list, uploads, catalog call,
+    /// retries.
     pub commit_p50: Duration,
     pub commit_p95: Duration,
     pub commit_max: Duration,
-    /// Median time to write one group's data files (encode + upload), which overlaps the
-    /// previous commit.
+    /// Median time to write one group's data files: encoding, plus the upload for groups
+    /// too large to stage in memory (small groups' files go up with the commit's
+    /// manifest and list, inside the commit stage).
     pub write_p50: Duration,
     /// Median time of the catalog's answer to one commit request: with `commit_p50`,
     /// says whether a commit waits on the catalog or on floe's own metadata writes.

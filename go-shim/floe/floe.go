@@ -106,7 +106,7 @@ func (w *Writer) Close() error {
 // Stats is what a writer has committed since it opened, over all its tables.
 type Stats struct {
 	Rows, Snapshots, DataFiles, DataBytes uint64
-	// Commit stage per snapshot (manifests, manifest list, catalog call, retries).
+	// Commit stage per snapshot (manifests, manifest list, uploads, catalog call, retries).
 	CommitP50, CommitP95, CommitMax time.Duration
 	// Medians of writing one group's data files and of the catalog's answer to a commit.
 	WriteP50, CatalogP50 time.Duration

@@ -32,6 +32,7 @@ use super::expire::{delete_unreachable, expired_snapshots, removal_request};
 use super::merge::MergePolicy;
 use super::offsets::{SourceOffsets, committed_offsets};
 use super::snapshot::{ManifestListCache, SnapshotChanges, find_commit, prepare_snapshot};
+use super::staging::{STAGE_MAX_INPUT_BYTES, StagedFile, Staging, upload};
 use crate::catalog::{Catalog, LoadedTable};
 use crate::config::ParquetConfig;
 use crate::error::{Error, ErrorKind, Result};
@@ -172,6 +173,7 @@ impl TableCommitter {
         let (view_tx, view_rx) = watch::channel(Arc::new(view));
         let pace = Arc::new(Mutex::new(Pace::default()));
         let (commits_done, commits_done_rx) = watch::channel(0u64);
+        let staging = Staging::default();
         tokio::spawn(encode_loop(
             queue_rx,
             encoded_tx,
@@ -179,6 +181,7 @@ impl TableCommitter {
             pace.clone(),
             commits_done_rx,
             options.clone(),
+            staging.clone(),
         ));
         tokio::spawn(
             CommitStage {
@@ -190,6 +193,7 @@ impl TableCommitter {
                 manifest_list: None,
                 pace,
                 commits_done,
+                staging,
             }
             .run(encoded_rx),
         );
@@ -256,6 +260,9 @@ impl TableCommitter {
 /// A group of submissions written as data files, waiting for its commit.
 struct EncodedGroup {
     data_files: Vec<DataFile>,
+    /// The data files' bytes when they were staged in memory (small groups): uploaded
+    /// with the manifest and the manifest list.
+    staged: Vec<StagedFile>,
     schema_id: i32,
     spec_id: i32,
     pendings: Vec<Pending>,
@@ -430,6 +437,7 @@ async fn encode_loop(
     pace: Arc<Mutex<Pace>>,
     mut commits_done: watch::Receiver<u64>,
     options: Arc<CommitterOptions>,
+    staging: Staging,
 ) {
     let mut carry = None;
     loop {
@@ -484,20 +492,17 @@ async fn encode_loop(
         let batches: Vec<RecordBatch> = fresh.iter().map(|p| p.submission.batch.clone()).collect();
         let t0 = Instant::now();
         let n = batches.len();
-        let written = write_data_files(
-            &batches,
-            &current.table.metadata,
-            &current.file_io,
-            &current.settings,
-        )
-        .await;
+        let input_bytes: usize = fresh.iter().map(|p| p.submission.bytes).sum();
+        let stage = input_bytes <= STAGE_MAX_INPUT_BYTES;
+        let written = write_group(&batches, &current, stage.then_some(&staging)).await;
         Pace::smooth(&mut pace.lock().expect("pace lock").encode, t0.elapsed());
         options.stats.record_write(t0.elapsed());
         tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
         match written {
-            Ok(data_files) => {
+            Ok((data_files, staged)) => {
                 let group = EncodedGroup {
                     data_files,
+                    staged,
                     schema_id,
                     spec_id: current.table.metadata.default_partition_spec_id(),
                     pendings: fresh,
@@ -507,6 +512,24 @@ async fn encode_loop(
             Err(e) => fail_all(fresh, &e.context("writing data files")),
         }
     }
+}
+
+/// Writes a group's data files: to scratch memory when `staging` (they are uploaded with
+/// the commit's metadata), else in place.
+async fn write_group(
+    batches: &[RecordBatch],
+    view: &TableView,
+    staging: Option<&Staging>,
+) -> Result<(Vec<DataFile>, Vec<StagedFile>)> {
+    let metadata = &view.table.metadata;
+    let Some(staging) = staging else {
+        let files = write_data_files(batches, metadata, &view.file_io, &view.settings).await?;
+        return Ok((files, Vec::new()));
+    };
+    let files = write_data_files(batches, metadata, staging.io(), &view.settings).await?;
+    let paths = files.iter().map(|f| f.file_path().to_string()).collect();
+    let staged = staging.take(paths).await?;
+    Ok((files, staged))
 }
 
 fn fail_all(pendings: Vec<Pending>, error: &Error) {
@@ -543,6 +566,7 @@ struct CommitStage {
     pace: Arc<Mutex<Pace>>,
     /// Counts finished commits; the encoder waits on it when gathering.
     commits_done: watch::Sender<u64>,
+    staging: Staging,
 }
 
 impl CommitStage {
@@ -625,6 +649,7 @@ impl CommitStage {
         let schema_id = groups[0].schema_id;
         let spec_id = groups[0].spec_id;
         let mut data_files = Vec::new();
+        let mut staged = Vec::new();
         let mut pendings = Vec::new();
         let mut offsets = SourceOffsets::default();
         for g in groups {
@@ -637,6 +662,7 @@ impl CommitStage {
                 continue;
             }
             data_files.extend(g.data_files);
+            staged.extend(g.staged);
             for p in &g.pendings {
                 offsets.union_with(&p.submission.offsets);
             }
@@ -658,7 +684,7 @@ impl CommitStage {
                 .filter(|_| !offsets.is_empty())
                 .map(|w| (w, offsets.clone())),
         };
-        let outcome = self.commit_with_retries(&changes).await;
+        let outcome = self.commit_with_retries(&changes, staged).await;
         match outcome.result {
             Ok(snapshot_id) => {
                 self.record(&changes.data_files, started.elapsed());
@@ -717,7 +743,11 @@ impl CommitStage {
     /// an unknown outcome it looks for the commit id before trying again (and once more
     /// before giving up), so rows are never appended twice; while that stays undecided
     /// the error says so.
-    async fn commit_with_retries(&mut self, changes: &SnapshotChanges) -> Outcome {
+    async fn commit_with_retries(
+        &mut self,
+        changes: &SnapshotChanges,
+        mut staged_data: Vec<StagedFile>,
+    ) -> Outcome {
         let ident = self.ident();
         let mut written = Vec::new();
         let mut maybe_committed = false;
@@ -761,6 +791,7 @@ impl CommitStage {
             let prepared = match prepare_snapshot(
                 &view.table.metadata,
                 &view.file_io,
+                self.staging.io(),
                 changes,
                 &view.merge,
                 self.manifest_list.as_ref(),
@@ -771,6 +802,18 @@ impl CommitStage {
                 Err(e) => return done(Err(e), maybe_committed, written),
             };
             written.extend(prepared.written.iter().cloned());
+            // The data files (first attempt only) go up with this attempt's manifest and
+            // list: one storage round trip.
+            let uploaded = match self.staging.take(prepared.staged.clone()).await {
+                Ok(mut files) => {
+                    files.append(&mut staged_data);
+                    upload(&view.file_io, &files).await
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = uploaded {
+                return done(Err(e.context("uploading")), maybe_committed, written);
+            }
             let snapshot_id = prepared.snapshot_id;
             let list = prepared.manifest_list;
             let t1 = Instant::now();

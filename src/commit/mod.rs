@@ -5,6 +5,8 @@
 //!   that is ready as one snapshot, so encoding overlaps the catalog round trip.
 //! - [`snapshot`]: floe's own snapshot production (iceberg-rust 0.10 only exposes
 //!   fast-append): manifests, manifest list, summary totals, commit ids, requirements.
+//! - [`staging`]: small data files, manifest and manifest list encoded in memory and
+//!   uploaded side by side, one storage round trip per commit instead of three.
 //! - [`merge`] and [`expire`]: bounded metadata over long runs.
 //! - [`offsets`]: exactly-once bookkeeping recorded in snapshot summaries.
 
@@ -13,6 +15,7 @@ pub mod expire;
 pub mod merge;
 pub mod offsets;
 pub mod snapshot;
+pub mod staging;
 
 pub use snapshot::{
     COMMIT_ID_PROPERTY, PreparedCommit, SnapshotChanges, find_commit, prepare_snapshot,

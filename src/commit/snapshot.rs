@@ -39,6 +39,9 @@ pub struct PreparedCommit {
     /// Metadata files this attempt wrote (manifests, manifest list), for cleanup when
     /// the attempt is definitively refused.
     pub written: Vec<String>,
+    /// Of those, the ones written to the staging storage (the new manifest and the
+    /// manifest list): they must be uploaded before the catalog request is sent.
+    pub staged: Vec<String>,
     /// The new snapshot's manifest list, to reuse once it is the head.
     pub manifest_list: ManifestListCache,
 }
@@ -226,11 +229,12 @@ fn main_retention(metadata: &TableMetadata) -> SnapshotRetention {
 }
 
 /// Builds an append snapshot of `files` on top of the table's current head: writes the
-/// data manifest (merging small manifests per `merge`) and the manifest list, returns
-/// the catalog request.
+/// data manifest and the manifest list to `stage_io` (see [`PreparedCommit::staged`]),
+/// merges small manifests per `merge` in `file_io`, and returns the catalog request.
 pub async fn prepare_snapshot(
     metadata: &TableMetadata,
     file_io: &FileIO,
+    stage_io: &FileIO,
     files: &SnapshotChanges,
     merge: &MergePolicy,
     cached: Option<&ManifestListCache>,
@@ -249,7 +253,7 @@ pub async fn prepare_snapshot(
     let summary = append_summary(metadata, files)?;
     let new_manifest = write_data_manifest(
         metadata,
-        file_io,
+        stage_io,
         snapshot_id,
         files.commit_id,
         &files.data_files,
@@ -275,7 +279,7 @@ pub async fn prepare_snapshot(
         metadata.location(),
         files.commit_id
     );
-    let out = file_io.new_output(&list_path)?.writer().await?;
+    let out = stage_io.new_output(&list_path)?.writer().await?;
     let mut list = match metadata.format_version() {
         FormatVersion::V1 => ManifestListWriter::v1(out, snapshot_id, parent),
         FormatVersion::V2 => ManifestListWriter::v2(out, snapshot_id, parent, sequence_number),
@@ -313,6 +317,7 @@ pub async fn prepare_snapshot(
     let next_row_id = list.next_row_id();
     list.close().await?;
     written.push(list_path.clone());
+    let staged = vec![written[0].clone(), list_path.clone()];
 
     let builder = Snapshot::builder()
         .with_manifest_list(list_path)
@@ -353,6 +358,7 @@ pub async fn prepare_snapshot(
             },
         ],
         written,
+        staged,
         manifest_list,
     })
 }

@@ -415,8 +415,8 @@ pub struct FloeWriterStats {
     pub snapshots: u64,
     pub data_files: u64,
     pub data_bytes: u64,
-    /// Commit stage per snapshot (manifests, manifest list, catalog call, retries), in
-    /// microseconds: median, 95th percentile (within 2%) and maximum.
+    /// Commit stage per snapshot (manifests, manifest list, uploads, catalog call,
+    /// retries), in microseconds: median, 95th percentile (within 2%) and maximum.
     pub commit_p50_us: u64,
     pub commit_p95_us: u64,
     pub commit_max_us: u64,
