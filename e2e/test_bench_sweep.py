@@ -16,7 +16,8 @@ def test_tiny_sweep_verifies_every_run_and_writes_reports(tmp_path):
     proc = subprocess.run(
         [sys.executable, SWEEP, "--catalog", "both", "--batches", "1000", "--in-flight", "1,4",
          "--cores", "1,2", "--runs", "1", "--seconds", "0.5", "--min-rows", "20000",
-         "--sink-batches", "1000,5000", "--sink-rows", "10000", "--out", str(out)],
+         "--sink-batches", "1000,5000", "--sink-rows", "10000", "--warm-services", "1",
+         "--out", str(out)],
         capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
