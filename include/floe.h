@@ -92,8 +92,8 @@ typedef struct floe_stats {
   uint64_t snapshots;
   uint64_t data_files;
   uint64_t data_bytes;
-  // Commit stage per snapshot (manifests, manifest list, catalog call, retries), in
-  // microseconds: median, 95th percentile (within 2%) and maximum.
+  // Commit stage per snapshot (manifests, manifest list, uploads, catalog call,
+  // retries), in microseconds: median, 95th percentile (within 2%) and maximum.
   uint64_t commit_p50_us;
   uint64_t commit_p95_us;
   uint64_t commit_max_us;

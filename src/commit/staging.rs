@@ -16,7 +16,7 @@ use crate::error::Result;
 
 /// Data of a group up to this many input bytes is staged in memory; larger groups'
 /// files are written in place.
-pub const STAGE_MAX_INPUT_BYTES: usize = 16 << 20;
+pub(crate) const STAGE_MAX_INPUT_BYTES: usize = 16 << 20;
 
 /// A file encoded in memory, waiting for its upload.
 pub struct StagedFile {
