@@ -173,7 +173,6 @@ impl TableCommitter {
         let (view_tx, view_rx) = watch::channel(Arc::new(view));
         let pace = Arc::new(Mutex::new(Pace::default()));
         let (commits_done, commits_done_rx) = watch::channel(0u64);
-        let staging = Staging::default();
         tokio::spawn(encode_loop(
             queue_rx,
             encoded_tx,
@@ -181,7 +180,6 @@ impl TableCommitter {
             pace.clone(),
             commits_done_rx,
             options.clone(),
-            staging.clone(),
         ));
         tokio::spawn(
             CommitStage {
@@ -193,7 +191,6 @@ impl TableCommitter {
                 manifest_list: None,
                 pace,
                 commits_done,
-                staging,
             }
             .run(encoded_rx),
         );
@@ -287,6 +284,9 @@ struct Pace {
     /// When the last commit ended: its callers are on their way back until about one
     /// commit's duration after it.
     commit_ended: Option<Instant>,
+    /// How many submissions the last commit answered: at most that many callers are on
+    /// their way back.
+    released: usize,
     commit: Duration,
     encode: Duration,
 }
@@ -345,8 +345,12 @@ enum Plan {
     Overlap(Duration),
     /// Gather once the commit in flight ends.
     Gather,
-    /// Gather now: the commit that released the callers ended at this instant.
-    GatherSince(Instant),
+    /// Gather now, for up to `released` callers: the commit that released them ended at
+    /// `ended`.
+    GatherSince {
+        ended: Instant,
+        released: usize,
+    },
 }
 
 impl Pace {
@@ -364,8 +368,15 @@ impl Pace {
             // The first caller back from a commit would otherwise be committed alone,
             // and the rest, arriving during that commit, in the next: two round trips
             // where one does. Long after a commit, nobody is on the way back.
+            // A caller that comes back alone (one in flight, or several tables) has
+            // nobody to wait for.
             return match self.commit_ended {
-                Some(ended) if gathers && ended.elapsed() < self.commit => Plan::GatherSince(ended),
+                Some(ended) if gathers && self.released > 1 && ended.elapsed() < self.commit => {
+                    Plan::GatherSince {
+                        ended,
+                        released: self.released,
+                    }
+                }
                 _ => Plan::Now,
             };
         };
@@ -437,7 +448,6 @@ async fn encode_loop(
     pace: Arc<Mutex<Pace>>,
     mut commits_done: watch::Receiver<u64>,
     options: Arc<CommitterOptions>,
-    staging: Staging,
 ) {
     let mut carry = None;
     loop {
@@ -468,9 +478,10 @@ async fn encode_loop(
                 let commit = pace.lock().expect("pace lock").commit;
                 Some(Gathering::new(options.callers, commit, Instant::now()))
             }
-            Plan::GatherSince(ended) => {
+            Plan::GatherSince { ended, released } => {
                 let commit = pace.lock().expect("pace lock").commit;
-                Some(Gathering::new(options.callers, commit, ended))
+                let callers = options.callers.map(|n| n.min(released));
+                Some(Gathering::new(callers, commit, ended))
             }
         };
         let group = collect(first, &mut queue, &mut carry, &options, gathering).await;
@@ -494,7 +505,7 @@ async fn encode_loop(
         let n = batches.len();
         let input_bytes: usize = fresh.iter().map(|p| p.submission.bytes).sum();
         let stage = input_bytes <= STAGE_MAX_INPUT_BYTES;
-        let written = write_group(&batches, &current, stage.then_some(&staging)).await;
+        let written = write_group(&batches, &current, stage).await;
         Pace::smooth(&mut pace.lock().expect("pace lock").encode, t0.elapsed());
         options.stats.record_write(t0.elapsed());
         tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
@@ -514,18 +525,20 @@ async fn encode_loop(
     }
 }
 
-/// Writes a group's data files: to scratch memory when `staging` (they are uploaded with
-/// the commit's metadata), else in place.
+/// Writes a group's data files: to scratch memory when `stage` (they are uploaded with
+/// the commit's metadata), else in place. The scratch space lives only as long as this
+/// call, so a failure halfway leaves nothing behind.
 async fn write_group(
     batches: &[RecordBatch],
     view: &TableView,
-    staging: Option<&Staging>,
+    stage: bool,
 ) -> Result<(Vec<DataFile>, Vec<StagedFile>)> {
     let metadata = &view.table.metadata;
-    let Some(staging) = staging else {
+    if !stage {
         let files = write_data_files(batches, metadata, &view.file_io, &view.settings).await?;
         return Ok((files, Vec::new()));
-    };
+    }
+    let staging = Staging::default();
     let files = write_data_files(batches, metadata, staging.io(), &view.settings).await?;
     let paths = files.iter().map(|f| f.file_path().to_string()).collect();
     let staged = staging.take(paths).await?;
@@ -566,7 +579,6 @@ struct CommitStage {
     pace: Arc<Mutex<Pace>>,
     /// Counts finished commits; the encoder waits on it when gathering.
     commits_done: watch::Sender<u64>,
-    staging: Staging,
 }
 
 impl CommitStage {
@@ -580,11 +592,13 @@ impl CommitStage {
             while let Ok(g) = encoded.try_recv() {
                 groups.push(g);
             }
+            let released = groups.iter().map(|g| g.pendings.len()).sum();
             self.commit_groups(groups).await;
             {
                 let mut pace = self.pace.lock().expect("pace lock");
                 pace.commit_started = None;
                 pace.commit_ended = Some(Instant::now());
+                pace.released = released;
                 Pace::smooth(&mut pace.commit, started.elapsed());
             }
             self.commits_done.send_modify(|n| *n += 1);
@@ -753,8 +767,17 @@ impl CommitStage {
         let mut maybe_committed = false;
         let mut last_error: Option<Error> = None;
         let attempts = self.options.max_retries + 1;
-        let done = |result, maybe_committed, written| Outcome {
-            result,
+        let done = |result: Result<i64>, maybe_committed: bool, written| Outcome {
+            // Whatever failed later, an attempt that may have landed leaves the rows'
+            // fate unknown: a caller told "retry" could append them twice.
+            result: result.map_err(|e| match e.kind() {
+                ErrorKind::CommitStateUnknown => e,
+                _ if maybe_committed => Error::new(
+                    ErrorKind::CommitStateUnknown,
+                    format!("{e}; an earlier attempt's outcome is unknown"),
+                ),
+                _ => e,
+            }),
             maybe_committed,
             written,
         };
@@ -788,10 +811,12 @@ impl CommitStage {
             }
             let view = self.current();
             let t0 = Instant::now();
+            // Per attempt, so nothing of a failed attempt stays in memory.
+            let staging = Staging::default();
             let prepared = match prepare_snapshot(
                 &view.table.metadata,
                 &view.file_io,
-                self.staging.io(),
+                staging.io(),
                 changes,
                 &view.merge,
                 self.manifest_list.as_ref(),
@@ -804,7 +829,7 @@ impl CommitStage {
             written.extend(prepared.written.iter().cloned());
             // The data files (first attempt only) go up with this attempt's manifest and
             // list: one storage round trip.
-            let uploaded = match self.staging.take(prepared.staged.clone()).await {
+            let uploaded = match staging.take(prepared.staged.clone()).await {
                 Ok(mut files) => {
                     files.append(&mut staged_data);
                     upload(&view.file_io, &files).await
@@ -1061,21 +1086,30 @@ mod tests {
         let mut pace = Pace {
             commit_started: None,
             commit_ended: None,
+            released: 0,
             commit: Duration::from_millis(40),
             encode: Duration::from_millis(5),
         };
         assert!(matches!(pace.plan(), Plan::Now), "nothing in flight");
         let just_now = Instant::now();
         pace.commit_ended = Some(just_now);
-        assert!(
-            matches!(pace.plan(), Plan::GatherSince(t) if t == just_now),
-            "callers released by a commit that just ended are on their way back"
-        );
-        pace.commit_ended = Some(just_now - Duration::from_millis(41));
+        pace.released = 1;
         assert!(
             matches!(pace.plan(), Plan::Now),
-            "a commit ago: nobody is coming"
+            "the one caller a commit released has nobody to wait for"
         );
+        pace.released = 3;
+        assert!(
+            matches!(pace.plan(), Plan::GatherSince { ended, released: 3 } if ended == just_now),
+            "callers released by a commit that just ended are on their way back"
+        );
+        if let Some(earlier) = just_now.checked_sub(Duration::from_millis(41)) {
+            pace.commit_ended = Some(earlier);
+            assert!(
+                matches!(pace.plan(), Plan::Now),
+                "a commit ago: nobody is coming"
+            );
+        }
         pace.commit_started = Some(Instant::now());
         assert!(matches!(pace.plan(), Plan::Gather));
         pace.encode = Duration::from_millis(60);

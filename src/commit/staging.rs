@@ -24,9 +24,8 @@ pub struct StagedFile {
     pub bytes: Bytes,
 }
 
-/// Scratch storage under the files' final paths (a path's writers name files uniquely,
-/// so one scratch space serves every stage of a table).
-#[derive(Clone)]
+/// Scratch storage under the files' final paths. Each use (a group's data files, a
+/// commit attempt's metadata) takes a fresh one, dropped with whatever a failure left.
 pub struct Staging {
     scratch: FileIO,
 }
