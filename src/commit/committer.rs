@@ -785,17 +785,11 @@ impl CommitStage {
             if let Some(previous) = &last_error {
                 let fresh = match self.reload().await {
                     Ok(t) => t,
-                    // Cannot look: if any attempt may have landed, the outcome stays unknown.
-                    Err(e) if maybe_committed => {
-                        let e = Error::new(
-                            ErrorKind::CommitStateUnknown,
-                            format!(
-                                "{previous}; an earlier attempt's outcome is unknown and reloading {ident} failed ({e})"
-                            ),
-                        );
+                    // Cannot look; `done` reports an attempt that may have landed as unknown.
+                    Err(e) => {
+                        let e = e.context(format!("{previous}; then reloading {ident}"));
                         return done(Err(e), maybe_committed, written);
                     }
-                    Err(e) => return done(Err(e), maybe_committed, written),
                 };
                 let found = find_commit(&fresh.metadata, changes.commit_id);
                 self.publish(fresh);
@@ -829,7 +823,7 @@ impl CommitStage {
             written.extend(prepared.written.iter().cloned());
             // The data files (first attempt only) go up with this attempt's manifest and
             // list: one storage round trip.
-            let uploaded = match staging.take(prepared.staged.clone()).await {
+            let uploaded = match staging.take(prepared.staged).await {
                 Ok(mut files) => {
                     files.append(&mut staged_data);
                     upload(&view.file_io, &files).await
@@ -874,20 +868,12 @@ impl CommitStage {
                 Err(e) => return done(Err(e), maybe_committed, written),
             }
         }
+        // An attempt of unknown outcome not found on the last look may still land; `done`
+        // says so.
         let last = last_error.expect("loop ran");
-        let e = if maybe_committed {
-            // Not found on the last look, but an attempt of unknown outcome may still land.
-            Error::new(
-                ErrorKind::CommitStateUnknown,
-                format!(
-                    "commit to {ident} failed after {attempts} attempts, one of unknown outcome: {last}"
-                ),
-            )
-        } else {
-            last.context(format!(
-                "commit to {ident} failed after {attempts} attempts"
-            ))
-        };
+        let e = last.context(format!(
+            "commit to {ident} failed after {attempts} attempts"
+        ));
         done(Err(e), maybe_committed, written)
     }
 

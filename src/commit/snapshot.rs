@@ -259,7 +259,8 @@ pub async fn prepare_snapshot(
         &files.data_files,
     )
     .await?;
-    let mut written = vec![new_manifest.manifest_path.clone()];
+    let new_manifest_path = new_manifest.manifest_path.clone();
+    let mut written = vec![new_manifest_path.clone()];
     let carried = current_manifests(metadata, file_io, cached).await?;
     let merged = merge_manifests(
         metadata,
@@ -317,7 +318,7 @@ pub async fn prepare_snapshot(
     let next_row_id = list.next_row_id();
     list.close().await?;
     written.push(list_path.clone());
-    let staged = vec![written[0].clone(), list_path.clone()];
+    let staged = vec![new_manifest_path, list_path.clone()];
 
     let builder = Snapshot::builder()
         .with_manifest_list(list_path)
