@@ -82,7 +82,7 @@ fn one_run(
                         .map(|e| Message::insert(e.as_bytes()))
                         .collect();
                     let call = Instant::now();
-                    let out = rt.block_on(writer.write_batch(&msgs));
+                    let out = rt.block_on(writer.write_batch(&msgs)).expect("write call");
                     mine.push(call.elapsed().as_secs_f64() * 1e3);
                     assert!(
                         out.failures.iter().all(Option::is_none),

@@ -131,7 +131,9 @@ impl Bench {
             .unwrap();
         let events: Vec<String> = (0..args.rows).map(bench_event).collect();
         // The first call creates the table.
-        let first = rt.block_on(writer.write_batch(&[Message::insert(events[0].as_bytes())]));
+        let first = rt
+            .block_on(writer.write_batch(&[Message::insert(events[0].as_bytes())]))
+            .expect("write call");
         assert!(
             first.failures.iter().all(Option::is_none),
             "{:?}",
@@ -254,7 +256,10 @@ impl Bench {
                 ..Message::insert(e.as_bytes())
             })
             .collect();
-        let out = self.rt.block_on(self.writer.write_batch(&msgs));
+        let out = self
+            .rt
+            .block_on(self.writer.write_batch(&msgs))
+            .expect("write call");
         assert!(
             out.failures.iter().all(Option::is_none),
             "{:?}",

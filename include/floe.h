@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 // Bumped whenever a signature or struct layout in `floe.h` changes incompatibly.
-#define FLOE_ABI_VERSION 3
+#define FLOE_ABI_VERSION 4
 
 // Result of every fallible call. Numbers are stable; new ones are only appended.
 enum floe_status
@@ -103,6 +103,13 @@ typedef struct floe_stats {
   uint64_t catalog_p50_us;
 } floe_stats;
 
+// Receives one log line: its level and `len` bytes of UTF-8 at `message` (valid only
+// during the call). May be called from any thread, concurrently.
+typedef void (*floe_log_callback)(uint32_t level,
+                                  const uint8_t *message,
+                                  size_t len,
+                                  void *user_data);
+
 
 
 #ifdef __cplusplus
@@ -164,10 +171,17 @@ void floe_writer_free(struct floe_writer *writer);
 
 // Writes and commits a batch, blocking until every table it touches has committed.
 //
-// On `FLOE_STATUS_OK`, `*result_out` receives the per-message outcome: some messages may
-// still have failed (see `floe_batch_result_failure`); all others are committed. Any
-// other status means nothing is known to be committed and the whole batch should be
-// retried. `cancel` may be NULL.
+// On `FLOE_STATUS_OK`, `*result_out` receives the per-message outcome (see
+// `floe_batch_result_failure`). A message failed with `FLOE_STATUS_DATA` failed through
+// its own fault (conversion, a table that does not exist, a missing exactly-once
+// position): replaying it fails again, so it may be dead-lettered. A message failed
+// with any other status (its table's commit failed: storage, catalog, auth, conflicts
+// beyond `commit.retry_timeout`, unknown outcome; or its position was being committed
+// by another call) should be retried, not dead-lettered; the other messages are
+// committed, so retry only the failed ones. Any status other than `FLOE_STATUS_OK`
+// means no table committed anything: retry the whole batch. A token fired before the
+// call starts cancels it before any row is submitted; one fired during the call leaves
+// its outcome unknown. `cancel` may be NULL.
 //
 // # Safety
 // `writer` must be a live writer; `batch` must describe readable memory as documented
@@ -217,6 +231,20 @@ void floe_batch_result_free(struct floe_batch_result *result);
 floe_status floe_writer_stats(const struct floe_writer *writer,
                               struct floe_stats *stats_out,
                               struct floe_error **err_out);
+
+// Sends libfloe's log events at `max_level` (1 = error … 5 = trace) or more severe to
+// `callback`, with `user_data` passed back on every call. Once per process: a second
+// call fails with `FLOE_STATUS_INVALID_ARGUMENT` (the first callback stays). Call it
+// before opening writers, from any thread. The callback must be safe to call from any
+// thread, concurrently, for the rest of the process's life.
+//
+// # Safety
+// `callback` must be a valid function pointer for the process's lifetime; `err_out`
+// NULL or valid for a write.
+floe_status floe_set_log_callback(floe_log_callback callback,
+                                  void *user_data,
+                                  uint32_t max_level,
+                                  struct floe_error **err_out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -47,7 +47,7 @@ fn yes() -> bool {
 
 /// Which catalog: `url` with `http(s)://` is a REST catalog; `sqlite:` (or no url) is the
 /// embedded SQLite catalog.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogConfig {
     pub url: Option<String>,
@@ -85,7 +85,34 @@ fn default_oauth_uri() -> String {
     "/v1/oauth/tokens".into()
 }
 
-// Secrets stay out of Debug output (and so out of logs and error messages).
+/// A URL with any user info (`user:password@`) replaced by `<redacted>@`.
+pub fn redact_user_info(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_password(None);
+            let _ = u.set_username("redacted");
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+// Secrets stay out of Debug output (and so out of logs and error messages): header
+// values (often `Authorization`) are named but not shown.
+impl std::fmt::Debug for CatalogConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<&String> = self.headers.keys().collect();
+        f.debug_struct("CatalogConfig")
+            .field("url", &self.url.as_deref().map(redact_user_info))
+            .field("warehouse", &self.warehouse)
+            .field("name", &self.name)
+            .field("auth", &self.auth)
+            .field("headers (values redacted)", &headers)
+            .field("tls_skip_verify", &self.tls_skip_verify)
+            .finish()
+    }
+}
+
 impl std::fmt::Debug for AuthConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuthConfig")
@@ -197,6 +224,11 @@ pub struct CommitConfig {
     /// each rebuilt on the new table head after an exponential, jittered backoff.
     #[serde(default = "default_max_retries")]
     pub max_retries: u32,
+    /// How long a commit keeps retrying conflicts with other writers before it fails.
+    /// A conflict means another commit landed, so it is retried on the new head (a
+    /// cheap rebase) until this much time has passed since the first attempt.
+    #[serde(default = "default_retry_timeout", deserialize_with = "duration")]
+    pub retry_timeout: std::time::Duration,
     /// Delete the files of a commit the catalog definitively refused. Files of a commit
     /// whose outcome is unknown are never deleted.
     #[serde(default = "yes")]
@@ -209,6 +241,12 @@ pub struct CommitConfig {
     /// reachable are deleted. `"0s"` turns expiry off.
     #[serde(default = "default_snapshot_age", deserialize_with = "duration")]
     pub max_snapshot_age: std::time::Duration,
+    /// Most snapshots a branch keeps under floe's defaults, whatever their age: every
+    /// commit makes the catalog rewrite the whole table metadata, so a streaming table
+    /// committing several times a second must not keep a day of snapshots. Ignored for
+    /// a table (or branch) that sets its own max snapshot age.
+    #[serde(default = "default_max_snapshots")]
+    pub max_snapshots: usize,
     /// How long the committer waits for more batches before writing a group (0: writes
     /// as soon as the previous group is handed on; concurrency alone fills groups).
     #[serde(default, deserialize_with = "duration")]
@@ -234,6 +272,14 @@ fn default_max_retries() -> u32 {
     3
 }
 
+fn default_max_snapshots() -> usize {
+    500
+}
+
+fn default_retry_timeout() -> std::time::Duration {
+    std::time::Duration::from_secs(120)
+}
+
 fn default_snapshot_age() -> std::time::Duration {
     std::time::Duration::from_secs(24 * 3600)
 }
@@ -250,9 +296,11 @@ impl Default for CommitConfig {
     fn default() -> Self {
         CommitConfig {
             max_retries: default_max_retries(),
+            retry_timeout: default_retry_timeout(),
             cleanup_on_failure: true,
             manifest_merge_enabled: true,
             max_snapshot_age: default_snapshot_age(),
+            max_snapshots: default_max_snapshots(),
             linger: std::time::Duration::ZERO,
             max_group_rows: default_group_rows(),
             max_group_bytes: default_group_bytes(),

@@ -14,5 +14,6 @@ pub mod ffi;
 pub mod partition_spec;
 pub mod stats;
 pub mod storage;
+mod sync;
 pub mod write;
 pub mod writer;

@@ -3,6 +3,7 @@
 //! it, so a run's commit latency comes from inside the committer rather than being
 //! guessed from call durations, which also include waiting for a group to form.
 
+use crate::sync::LockExt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -53,33 +54,24 @@ impl WriterStats {
         self.snapshots.fetch_add(1, Ordering::Relaxed);
         self.data_files.fetch_add(files, Ordering::Relaxed);
         self.data_bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.commit_latency
-            .lock()
-            .expect("latency lock")
-            .record(took);
+        self.commit_latency.locked().record(took);
     }
 
     /// Records how long one group's data files took to write.
     pub fn record_write(&self, took: Duration) {
-        self.write_latency
-            .lock()
-            .expect("latency lock")
-            .record(took);
+        self.write_latency.locked().record(took);
     }
 
     /// Records how long the catalog took to answer one commit request.
     pub fn record_catalog(&self, took: Duration) {
-        self.catalog_latency
-            .lock()
-            .expect("latency lock")
-            .record(took);
+        self.catalog_latency.locked().record(took);
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {
-        let median = |h: &Mutex<LatencyHistogram>| h.lock().expect("latency lock").quantile(0.5);
+        let median = |h: &Mutex<LatencyHistogram>| h.locked().quantile(0.5);
         let write_p50 = median(&self.write_latency);
         let catalog_p50 = median(&self.catalog_latency);
-        let latency = self.commit_latency.lock().expect("latency lock");
+        let latency = self.commit_latency.locked();
         StatsSnapshot {
             rows: self.rows.load(Ordering::Relaxed),
             snapshots: self.snapshots.load(Ordering::Relaxed),

@@ -7,6 +7,7 @@
 //! there are calls; the committer (see `commit::committer`) writes and commits what the
 //! calls hand in, several calls per snapshot.
 
+use crate::sync::LockExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -16,7 +17,7 @@ use iceberg::spec::Schema;
 use crate::catalog::rest::RestCatalog;
 use crate::catalog::sql::SqlCatalog;
 use crate::catalog::{Catalog, LoadedTable, NewTable, table_ident};
-use crate::commit::committer::{CommitterOptions, Submission, TableCommitter, TableView};
+use crate::commit::committer::{Claimed, CommitterOptions, Submission, TableCommitter, TableView};
 use crate::commit::offsets::SourceOffsets;
 use crate::config::{CatalogKind, Config};
 use crate::error::{Error, ErrorKind, Result};
@@ -106,9 +107,13 @@ impl Writer {
         let commit = &config.commit;
         let options = Arc::new(CommitterOptions {
             max_retries: commit.max_retries,
+            retry_timeout: commit.retry_timeout,
             cleanup_on_failure: commit.cleanup_on_failure,
             manifest_merge: commit.manifest_merge_enabled,
-            max_snapshot_age: commit.max_snapshot_age,
+            retention: crate::commit::expire::Retention {
+                max_age: commit.max_snapshot_age,
+                max_snapshots: commit.max_snapshots,
+            },
             linger: commit.linger,
             max_group_rows: commit.max_group_rows,
             max_group_bytes: commit.max_group_bytes,
@@ -145,10 +150,17 @@ impl Writer {
     }
 
     /// Writes and commits a batch. Each table's messages are committed in one snapshot
-    /// (shared with concurrent calls); a message fails alone when it cannot be shredded
-    /// or its offset is being written by another call, and with its table's group when
-    /// the write or commit fails.
-    pub async fn write_batch(&self, messages: &[Message<'_>]) -> BatchOutcome {
+    /// (shared with concurrent calls).
+    ///
+    /// Failures are per message, with a kind. [`ErrorKind::Data`] means the message itself
+    /// is at fault (it cannot be converted, names a table that does not exist, lacks its
+    /// exactly-once position): replaying it fails again, so a host may dead-letter it.
+    /// Any other kind — storage, catalog, auth, conflicts beyond the retry budget, an
+    /// unknown outcome, a position another call is committing — says nothing about the
+    /// message: a host retries exactly those messages (the rest are committed) and must
+    /// not dead-letter them. When no table committed anything and such a failure
+    /// happened, the call fails as a whole with `Err`.
+    pub async fn write_batch(&self, messages: &[Message<'_>]) -> Result<BatchOutcome> {
         let mut failures: Vec<Option<Error>> = vec![None; messages.len()];
         let mut groups: HashMap<TableIdent, Vec<usize>> = HashMap::new();
         for (i, m) in messages.iter().enumerate() {
@@ -170,17 +182,21 @@ impl Writer {
             }
             match self.resolve_ident(m) {
                 Ok(ident) => groups.entry(ident).or_default().push(i),
-                Err(e) => failures[i] = Some(e),
+                // The table comes from the message (interpolated): its own fault.
+                Err(e) => {
+                    failures[i] = Some(Error::new(ErrorKind::Data, format!("message {i}: {e}")))
+                }
             }
         }
         let results =
             futures::future::join_all(groups.into_iter().map(|(ident, idx)| async move {
                 let result = self.write_group(&ident, messages, &idx).await;
-                (idx, result)
+                (ident, idx, result)
             }))
             .await;
         let (mut rows_committed, mut snapshots) = (0, 0);
-        for (idx, result) in results {
+        let mut call_error: Option<Error> = None;
+        for (ident, idx, result) in results {
             match result {
                 Ok(group) => {
                     rows_committed += group.rows;
@@ -189,18 +205,37 @@ impl Writer {
                         failures[idx[pos]] = Some(err);
                     }
                 }
-                Err(e) => idx.iter().for_each(|&i| failures[i] = Some(e.clone())),
+                Err(e) => {
+                    let named_by_message = messages[idx[0]].table.is_some();
+                    let e = match e.kind() {
+                        // A table named by the message that does not exist: the message's
+                        // own fault, like a field that does not convert.
+                        ErrorKind::NotFound if named_by_message => {
+                            Error::new(ErrorKind::Data, e.to_string())
+                        }
+                        _ => e.context(format!("table {ident}")),
+                    };
+                    if e.kind() != ErrorKind::Data && call_error.is_none() {
+                        call_error = Some(e.clone());
+                    }
+                    idx.iter().for_each(|&i| failures[i] = Some(e.clone()));
+                }
             }
         }
-        BatchOutcome {
+        if let Some(e) = call_error
+            && snapshots == 0
+        {
+            return Err(e);
+        }
+        Ok(BatchOutcome {
             failures,
             rows_committed,
             snapshots,
-        }
+        })
     }
 
     fn table_slot(&self, ident: &TableIdent) -> TableSlot {
-        let mut tables = self.tables.lock().expect("table map lock");
+        let mut tables = self.tables.locked();
         tables.entry(ident.clone()).or_default().clone()
     }
 
@@ -261,6 +296,9 @@ impl Writer {
                 group.failures.push((pos, e));
             }
         }
+        group.failures.extend(plan.conflicting);
+        // A message whose offset another call is still committing is not at fault
+        // (kind Unavailable): retried, it is acknowledged once that commit lands.
         group.failures.extend(plan.refused);
         Ok(group)
     }
@@ -281,31 +319,50 @@ impl Writer {
             plan.write = (0..idx.len()).collect();
             return plan;
         }
-        let mut claimed = SourceOffsets::default();
-        let mut first_of: HashMap<(&str, i64), usize> = HashMap::new();
-        let mut ledger = handle.committer.ledger().lock().expect("ledger lock");
+        let mut claimed = Claimed::new();
+        let mut first_of: HashMap<(&str, i64), (usize, u64)> = HashMap::new();
+        let mut ledger = handle.committer.ledger().locked();
         for (pos, &i) in idx.iter().enumerate() {
             let (source, offset) = (
                 messages[i].source.expect("checked on entry"),
                 messages[i].offset.expect("checked on entry"),
             );
+            let hash = payload_hash(messages[i].payload);
             if ledger.committed.contains(source, offset) {
                 // Already in the table: acknowledged without being written.
-            } else if let Some(&first) = first_of.get(&(source, offset)) {
-                plan.duplicates.push((pos, first));
-            } else if ledger.in_flight(source, offset) {
-                plan.refused.push((
-                    pos,
-                    Error::new(
-                        ErrorKind::Unavailable,
-                        format!(
-                            "message {i}: offset {offset} of source {source:?} is being committed by another call; retry"
+            } else if let Some(&(first, first_hash)) = first_of.get(&(source, offset)) {
+                if first_hash == hash {
+                    plan.duplicates.push((pos, first));
+                } else {
+                    plan.conflicting
+                        .push((pos, repeated_position(i, idx[first], source, offset)));
+                }
+            } else if let Some(other_hash) = ledger.in_flight(source, offset) {
+                if other_hash == hash {
+                    plan.refused.push((
+                        pos,
+                        Error::new(
+                            ErrorKind::Unavailable,
+                            format!(
+                                "message {i}: offset {offset} of source {source:?} is being committed by another call; retry"
+                            ),
                         ),
-                    ),
-                ));
+                    ));
+                } else {
+                    plan.conflicting.push((
+                        pos,
+                        Error::new(
+                            ErrorKind::Data,
+                            format!(
+                                "message {i}: source {source:?} offset {offset} is being committed by another call with a different payload: \
+                                 exactly_once.source must identify the message's partition (e.g. topic and partition)"
+                            ),
+                        ),
+                    ));
+                }
             } else {
-                first_of.insert((source, offset), pos);
-                claimed.insert(source, offset);
+                first_of.insert((source, offset), (pos, hash));
+                claimed.insert((source.to_string(), offset), hash);
                 plan.write.push(pos);
             }
         }
@@ -386,7 +443,7 @@ impl Writer {
     }
 
     fn return_shredder(&self, handle: &TableHandle, schema_id: i32, shredder: Shredder) {
-        let mut pool = handle.shredders.lock().expect("shredder pool lock");
+        let mut pool = handle.shredders.locked();
         if pool.0 == schema_id {
             pool.1.push(shredder);
         }
@@ -396,7 +453,7 @@ impl Writer {
     fn take_shredder(&self, handle: &TableHandle, view: &TableView) -> Result<Shredder> {
         let schema_id = view.schema_id();
         {
-            let mut pool = handle.shredders.lock().expect("shredder pool lock");
+            let mut pool = handle.shredders.locked();
             if pool.0 != schema_id {
                 *pool = (schema_id, Vec::new());
             }
@@ -486,11 +543,22 @@ impl Writer {
                     schema,
                     partition_spec,
                     location,
-                    properties: HashMap::new(),
+                    properties: created_table_properties(),
                 },
             )
             .await
     }
+}
+
+/// Properties of the tables floe creates. A streaming table commits several times a
+/// second, and every commit writes a new `metadata.json`: old ones are deleted once
+/// they fall out of the metadata log (its default 100 versions), as Iceberg's catalogs
+/// do when this is set, instead of piling up.
+fn created_table_properties() -> HashMap<String, String> {
+    HashMap::from([(
+        crate::catalog::sql::DELETE_AFTER_COMMIT.to_string(),
+        "true".to_string(),
+    )])
 }
 
 /// How exactly-once splits one table's messages (positions within the group).
@@ -500,6 +568,27 @@ struct WritePlan {
     /// (position, position of its first copy)
     duplicates: Vec<(usize, usize)>,
     refused: Vec<(usize, Error)>,
+    /// Positions repeated with a different payload: the source names no partition.
+    conflicting: Vec<(usize, Error)>,
+}
+
+/// A cheap fingerprint of a payload, to tell a replayed message from a different one
+/// that claims the same position.
+fn payload_hash(payload: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    payload.hash(&mut h);
+    h.finish()
+}
+
+fn repeated_position(i: usize, first: usize, source: &str, offset: i64) -> Error {
+    Error::new(
+        ErrorKind::Data,
+        format!(
+            "message {i}: source {source:?} offset {offset} repeats message {first} with a different payload: \
+             exactly_once.source must identify the message's partition (e.g. topic and partition)"
+        ),
+    )
 }
 
 struct GroupResult {

@@ -12,7 +12,7 @@ use floe::catalog::table_ident;
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
-use support::{merge, read_back, runtime, services};
+use support::{merge, read_back, read_request, runtime, services};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn rest_config(extra: Value) -> Config {
@@ -80,7 +80,7 @@ fn group_commit_shares_snapshots_across_16_concurrent_callers() {
                             .iter()
                             .map(|t| Message::insert(t.as_bytes()))
                             .collect();
-                        let out = writer.write_batch(&msgs).await;
+                        let out = writer.write_batch(&msgs).await.expect("write call");
                         assert!(
                             out.failures.iter().all(Option::is_none),
                             "{:?}",
@@ -127,6 +127,12 @@ enum Fault {
     Throttle,
     /// Do not forward; answer 400 (a definite refusal).
     Reject,
+    /// Forward it (the catalog applies it), answer 429 as a proxy that re-sent the POST
+    /// would, and fail the client's next table load with 503.
+    ApplyThen429AndFailReload,
+    /// Do not forward; answer 302 pointing at the table's own URL, as a misconfigured
+    /// gateway does (a client following it GETs the table: 200).
+    Redirect,
 }
 
 /// A small HTTP/1.1 proxy in front of the REST catalog that injects `faults`, in order,
@@ -144,13 +150,19 @@ impl FaultProxy {
         let injected = Arc::new(AtomicUsize::new(0));
         let upstream_addr = upstream.trim_start_matches("http://").to_string();
         let count = injected.clone();
+        // Set by `Fault::ApplyThen429AndFailReload`: the next GET fails.
+        let fail_next_get = Arc::new(std::sync::atomic::AtomicBool::new(false));
         tokio::spawn(async move {
             loop {
                 let (client, _) = listener.accept().await.unwrap();
-                let (faults, count, upstream_addr) =
-                    (faults.clone(), count.clone(), upstream_addr.clone());
+                let (faults, count, upstream_addr, fail_get) = (
+                    faults.clone(),
+                    count.clone(),
+                    upstream_addr.clone(),
+                    fail_next_get.clone(),
+                );
                 tokio::spawn(async move {
-                    let _ = proxy_one(client, &upstream_addr, &faults, &count).await;
+                    let _ = proxy_one(client, &upstream_addr, &faults, &count, &fail_get).await;
                 });
             }
         });
@@ -158,53 +170,12 @@ impl FaultProxy {
     }
 }
 
-async fn read_request(client: &mut tokio::net::TcpStream) -> std::io::Result<(String, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        let n = client.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())
-                .flatten()
-        })
-        .unwrap_or(0);
-    while buf.len() < head_end + length {
-        let n = client.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    // Ask upstream to close after answering so its response ends at EOF.
-    let head = head.replacen("\r\n", "\r\nConnection: close\r\n", 1);
-    let mut request = head.into_bytes();
-    request.extend_from_slice(&buf[head_end..]);
-    let first_line = String::from_utf8_lossy(&request)
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    Ok((first_line, request))
-}
-
 async fn proxy_one(
     mut client: tokio::net::TcpStream,
     upstream: &str,
     faults: &std::sync::Mutex<std::vec::IntoIter<Fault>>,
     injected: &AtomicUsize,
+    fail_next_get: &std::sync::atomic::AtomicBool,
 ) -> std::io::Result<()> {
     let (first_line, request) = read_request(&mut client).await?;
     let is_commit = first_line.starts_with("POST ") && {
@@ -217,11 +188,24 @@ async fn proxy_one(
     } else {
         None
     };
+    if first_line.starts_with("GET ") && fail_next_get.swap(false, Ordering::SeqCst) {
+        let answer =
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        return client.write_all(answer.as_bytes()).await;
+    }
     let refusal = match fault {
         Some(Fault::Throttle) => Some((429, "Too Many Requests", "slow down")),
         Some(Fault::Reject) => Some((400, "Bad Request", "refused by the test proxy")),
         _ => None,
     };
+    if fault == Some(Fault::Redirect) {
+        injected.fetch_add(1, Ordering::SeqCst);
+        let path = first_line.split(' ').nth(1).unwrap_or_default();
+        let answer = format!(
+            "HTTP/1.1 302 Found\r\nLocation: http://{upstream}{path}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        return client.write_all(answer.as_bytes()).await;
+    }
     if let Some((code, reason, message)) = refusal {
         injected.fetch_add(1, Ordering::SeqCst);
         let body = format!(r#"{{"error":{{"message":"{message}","type":"Test","code":{code}}}}}"#);
@@ -239,6 +223,13 @@ async fn proxy_one(
         Some(Fault::LoseResponse) => {
             injected.fetch_add(1, Ordering::SeqCst);
             Ok(()) // the commit was applied; the client never hears of it
+        }
+        Some(Fault::ApplyThen429AndFailReload) => {
+            injected.fetch_add(1, Ordering::SeqCst);
+            fail_next_get.store(true, Ordering::SeqCst);
+            let answer =
+                "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+            client.write_all(answer.as_bytes()).await
         }
         Some(Fault::Answer503AfterApplying) => {
             injected.fetch_add(1, Ordering::SeqCst);
@@ -271,7 +262,7 @@ fn lost_or_throttled_commit_answers_never_duplicate_rows() {
             .iter()
             .map(|t| Message::insert(t.as_bytes()))
             .collect();
-        let out = rt.block_on(writer.write_batch(&msgs));
+        let out = rt.block_on(writer.write_batch(&msgs)).expect("write call");
         assert!(
             out.failures.iter().all(Option::is_none),
             "batch {b}: {:?}",
@@ -292,12 +283,98 @@ fn lost_or_throttled_commit_answers_never_duplicate_rows() {
     );
 }
 
+/// Regression (reliability issue, item 1): a commit answered with a redirect was taken
+/// as committed (the client followed it to the table, 200) and its rows were lost.
 #[test]
-fn files_of_a_refused_commit_are_deleted() {
+fn redirected_commits_are_not_taken_as_committed() {
+    let rt = runtime();
+    let faults = vec![Fault::Redirect, Fault::Redirect, Fault::Redirect];
+    let proxy = rt.block_on(FaultProxy::start(services().rest_url.clone(), faults));
+    let cfg = rest_config(
+        json!({"catalog": {"url": proxy.url}, "namespace": "committer",
+        "table": "redirects", "schema_evolution": {"enabled": true, "schema": schema()}}),
+    );
+    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    let mut refused = 0;
+    for b in 0..5 {
+        let texts = rows(b * 1000, b * 1000 + 1000);
+        let msgs: Vec<Message> = texts
+            .iter()
+            .map(|t| Message::insert(t.as_bytes()))
+            .collect();
+        // Acknowledged means in the table; a failed call is retried as the host would.
+        loop {
+            match rt.block_on(writer.write_batch(&msgs)) {
+                Ok(out) => {
+                    assert!(
+                        out.failures.iter().all(Option::is_none),
+                        "{:?}",
+                        out.failures
+                    );
+                    break;
+                }
+                Err(e) => {
+                    refused += 1;
+                    assert!(e.to_string().contains("redirects to http://"), "{e}");
+                }
+            }
+        }
+    }
+    assert_eq!(
+        proxy.injected.load(Ordering::SeqCst),
+        3,
+        "every redirect was served"
+    );
+    println!("calls failed by a redirect and retried: {refused}");
+    assert_eq!(
+        ids_read_back("committer.redirects"),
+        (0..5000).collect::<Vec<_>>(),
+        "every acknowledged row once"
+    );
+}
+
+/// Regression (attack on the commit path): a "definite" refusal sent after the catalog
+/// applied the commit (a proxy re-sending the POST), then a failed reload, deleted the
+/// files of the snapshot main pointed at. Until a reload shows the commit absent, its
+/// files stay and the outcome is unknown.
+#[test]
+fn a_refusal_that_cannot_be_checked_keeps_the_files() {
     let rt = runtime();
     let proxy = rt.block_on(FaultProxy::start(
         services().rest_url.clone(),
-        vec![Fault::Reject],
+        vec![Fault::ApplyThen429AndFailReload],
+    ));
+    let cfg = rest_config(
+        json!({"catalog": {"url": proxy.url}, "namespace": "committer",
+        "table": "refused_applied", "schema_evolution": {"enabled": true, "schema": schema()}}),
+    );
+    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    let texts = rows(0, 10);
+    let msgs: Vec<Message> = texts
+        .iter()
+        .map(|t| Message::insert(t.as_bytes()))
+        .collect();
+    let error = match rt.block_on(writer.write_batch(&msgs)) {
+        Err(e) => e,
+        Ok(out) => panic!("the answer was lost, yet the call returned {out:?}"),
+    };
+    assert_eq!(error.kind(), floe::ErrorKind::CommitStateUnknown, "{error}");
+    assert_eq!(proxy.injected.load(Ordering::SeqCst), 1);
+    // The commit landed: its rows are readable, so its files are all still there.
+    assert_eq!(
+        ids_read_back("committer.refused_applied"),
+        (0..10).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn files_of_a_refused_commit_are_deleted() {
+    let rt = runtime();
+    // Refused twice: the first refusal may come from a stale view, so floe reloads and
+    // tries once more; the second is final.
+    let proxy = rt.block_on(FaultProxy::start(
+        services().rest_url.clone(),
+        vec![Fault::Reject, Fault::Reject],
     ));
     let cfg = rest_config(
         json!({"catalog": {"url": proxy.url}, "namespace": "committer",
@@ -309,8 +386,11 @@ fn files_of_a_refused_commit_are_deleted() {
         .iter()
         .map(|t| Message::insert(t.as_bytes()))
         .collect();
-    let out = rt.block_on(writer.write_batch(&msgs));
-    let error = out.failures[0].as_ref().expect("the commit was refused");
+    // A refused commit is not the messages' fault: the call fails as a whole.
+    let error = match rt.block_on(writer.write_batch(&msgs)) {
+        Err(e) => e,
+        Ok(out) => panic!("the commit was refused, yet the call returned {out:?}"),
+    };
     assert!(
         error.to_string().contains("refused by the test proxy"),
         "{error}"
@@ -348,14 +428,14 @@ fn files_of_a_refused_commit_are_deleted() {
         "manifests of the refused commit"
     );
     // The next batch commits normally, and its files are there.
-    let out = rt.block_on(writer.write_batch(&msgs));
+    let out = rt.block_on(writer.write_batch(&msgs)).expect("write call");
     assert!(
         out.failures.iter().all(Option::is_none),
         "{:?}",
         out.failures
     );
     assert_eq!(list("data").len(), 1);
-    assert_eq!(proxy.injected.load(Ordering::SeqCst), 1);
+    assert_eq!(proxy.injected.load(Ordering::SeqCst), 2);
 }
 
 fn positioned<'a>(texts: &'a [String], source: &'a str, first: i64) -> Vec<Message<'a>> {
@@ -382,14 +462,18 @@ fn exactly_once_replays_write_only_what_is_missing() {
     {
         let writer = rt.block_on(Writer::open(cfg())).unwrap();
         // Out of order, as under max_in_flight > 1: 50..100 lands before 0..30.
-        let out = rt.block_on(writer.write_batch(&positioned(&texts[50..], "orders/0", 50)));
+        let out = rt
+            .block_on(writer.write_batch(&positioned(&texts[50..], "orders/0", 50)))
+            .expect("write call");
         assert_eq!(out.rows_committed, 50);
-        let out = rt.block_on(writer.write_batch(&positioned(&texts[..30], "orders/0", 0)));
+        let out = rt
+            .block_on(writer.write_batch(&positioned(&texts[..30], "orders/0", 0)))
+            .expect("write call");
         assert_eq!(out.rows_committed, 30);
         // A repeat within one batch is written once, and both copies are acknowledged.
         let mut twice = positioned(&texts[30..35], "orders/0", 30);
         twice.extend(positioned(&texts[30..35], "orders/0", 30));
-        let out = rt.block_on(writer.write_batch(&twice));
+        let out = rt.block_on(writer.write_batch(&twice)).expect("write call");
         assert!(
             out.failures.iter().all(Option::is_none),
             "{:?}",
@@ -399,7 +483,9 @@ fn exactly_once_replays_write_only_what_is_missing() {
     }
     // "Restart": a new writer replays everything from offset 0.
     let writer = rt.block_on(Writer::open(cfg())).unwrap();
-    let out = rt.block_on(writer.write_batch(&positioned(&texts, "orders/0", 0)));
+    let out = rt
+        .block_on(writer.write_batch(&positioned(&texts, "orders/0", 0)))
+        .expect("write call");
     assert!(
         out.failures.iter().all(Option::is_none),
         "{:?}",
@@ -407,12 +493,28 @@ fn exactly_once_replays_write_only_what_is_missing() {
     );
     assert_eq!(out.rows_committed, 15, "only 35..50 were missing");
     // The same offsets from another source are other messages.
-    let out = rt.block_on(writer.write_batch(&positioned(&texts[..3], "orders/1", 0)));
+    let out = rt
+        .block_on(writer.write_batch(&positioned(&texts[..3], "orders/1", 0)))
+        .expect("write call");
     assert_eq!(out.rows_committed, 3);
-    let (_, summary) = table_stats(&writer, &rt, "committer.exactly_once");
+    // The record is a table property, committed with the snapshot.
+    let table = rt
+        .block_on(
+            writer
+                .catalog()
+                .load_table(&table_ident("committer", "exactly_once").unwrap()),
+        )
+        .unwrap()
+        .unwrap();
+    let record: Value =
+        serde_json::from_str(&table.metadata.properties()["floe.offsets.pipeline-a"]).unwrap();
     assert_eq!(
-        summary["floe.offsets.pipeline-a"],
-        json!(r#"{"orders/0":[[0,99]],"orders/1":[[0,2]]}"#)
+        record["offsets"],
+        json!({"orders/0": [[0, 99]], "orders/1": [[0, 2]]})
+    );
+    assert_eq!(
+        record["snapshot-id"],
+        json!(table.metadata.current_snapshot_id().unwrap())
     );
     let ids = ids_read_back("committer.exactly_once");
     let mut want: Vec<i64> = (0..100).chain(0..3).collect();
@@ -486,7 +588,9 @@ fn metadata_stays_bounded_over_many_small_commits() {
     for i in 0..commits as i64 {
         let text = format!(r#"{{"id": {i}, "kind": "k"}}"#);
         let started = std::time::Instant::now();
-        let out = rt.block_on(writer.write_batch(&[Message::insert(text.as_bytes())]));
+        let out = rt
+            .block_on(writer.write_batch(&[Message::insert(text.as_bytes())]))
+            .expect("write call");
         latencies_ms.push(started.elapsed().as_secs_f64() * 1e3);
         assert!(out.failures[0].is_none(), "commit {i}: {:?}", out.failures);
         let done = i as usize + 1;

@@ -65,7 +65,9 @@ fn embedded_catalog_round_trip_with_independent_readers() {
         .iter()
         .map(|m| Message::insert(m.as_bytes()))
         .collect();
-    let outcome = rt.block_on(writer.write_batch(&messages));
+    let outcome = rt
+        .block_on(writer.write_batch(&messages))
+        .expect("write call");
     let failed: Vec<usize> = (0..4).filter(|&i| outcome.failures[i].is_some()).collect();
     assert_eq!(failed, vec![2], "{:?}", outcome.failures);
     let reason = outcome.failures[2].as_ref().unwrap().to_string();
@@ -156,7 +158,7 @@ fn partitioned_table_and_inferred_schema() {
             .iter()
             .map(|m| Message::insert(m.as_bytes()))
             .collect();
-        let out = rt.block_on(writer.write_batch(&msgs));
+        let out = rt.block_on(writer.write_batch(&msgs)).expect("write call");
         assert!(
             out.failures.iter().all(Option::is_none),
             "{:?}",
@@ -240,10 +242,99 @@ fn errors_name_the_index_in_the_whole_batch_across_tables() {
             ..Message::insert(p.as_bytes())
         })
         .collect();
-    let out = rt.block_on(writer.write_batch(&messages));
+    let out = rt
+        .block_on(writer.write_batch(&messages))
+        .expect("write call");
     let failed: Vec<usize> = (0..4).filter(|&i| out.failures[i].is_some()).collect();
     assert_eq!(failed, vec![2]);
     let text = out.failures[2].as_ref().unwrap().to_string();
     assert!(text.starts_with("message 2: field `id`"), "{text}");
     assert_eq!((out.rows_committed, out.snapshots), (3, 2));
+}
+
+/// Regression (reliability issue, item 8): every commit left its `metadata.json` behind
+/// for good. Tables floe creates delete the versions that fall out of the metadata log.
+#[test]
+fn old_metadata_files_are_deleted_after_the_log_drops_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let cfg = config(
+        dir.path(),
+        json!({"table": "versions", "schema_evolution": {"schema": {"type": "struct",
+            "schema-id": 0, "fields": [{"id": 1, "name": "id", "required": false, "type": "long"}]}}}),
+    );
+    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    let commits = 130;
+    for i in 0..commits {
+        let text = format!(r#"{{"id": {i}}}"#);
+        let out = rt
+            .block_on(writer.write_batch(&[Message::insert(text.as_bytes())]))
+            .expect("write call");
+        assert!(out.failures[0].is_none());
+    }
+    let metadata_dir = dir.path().join("wh/demo/events/versions/metadata");
+    let versions = std::fs::read_dir(&metadata_dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", metadata_dir.display()))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".metadata.json")
+        })
+        .count();
+    println!("{commits} commits leave {versions} metadata.json files");
+    // The current version plus the log's 100 previous ones.
+    assert!(
+        versions <= 101,
+        "{versions} metadata.json files after {commits} commits"
+    );
+    let py = read_back(
+        "pyiceberg-sql",
+        json!({"uri": format!("sqlite:///{}", dir.path().join("wh/catalog.db").display()),
+               "warehouse": format!("file://{}", dir.path().join("wh").display()),
+               "table": "demo.events.versions"}),
+    );
+    assert_eq!(py["rows"].as_array().unwrap().len(), commits);
+}
+
+/// Regression (attack on the commit path): a batch spanning tables, one of which fails,
+/// must not fail (and so replay) the messages already committed to the other. A message
+/// naming a table that does not exist fails alone, as its own fault.
+#[test]
+fn a_message_naming_a_missing_table_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let create = config(dir.path(), json!({"table": "present"}));
+    let writer = rt.block_on(Writer::open(create)).unwrap();
+    let first = rt
+        .block_on(writer.write_batch(&[Message::insert(br#"{"id": 0}"#)]))
+        .expect("write call");
+    assert!(first.failures[0].is_none(), "{:?}", first.failures);
+    drop(writer);
+    let cfg = config(
+        dir.path(),
+        json!({"table": "present", "schema_evolution": {"enabled": false}}),
+    );
+    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    let texts: Vec<String> = (1..=5).map(|i| format!(r#"{{"id": {i}}}"#)).collect();
+    let mut msgs: Vec<Message> = texts
+        .iter()
+        .map(|t| Message::insert(t.as_bytes()))
+        .collect();
+    msgs.push(Message {
+        table: Some("missing"),
+        ..Message::insert(br#"{"id": 6}"#)
+    });
+    let out = rt.block_on(writer.write_batch(&msgs)).expect("write call");
+    assert!(
+        out.failures[..5].iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    let e = out.failures[5]
+        .as_ref()
+        .expect("the missing table's message fails");
+    assert_eq!(e.kind(), floe::ErrorKind::Data, "{e}");
+    assert_eq!(out.rows_committed, 5);
 }

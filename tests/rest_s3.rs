@@ -51,7 +51,9 @@ fn rest_catalog_on_s3_round_trip() {
         r#"{"id": 3, "amount": 1.001}"#.into(),
         r#"{"id": 4}"#.into(),
     ];
-    let out = rt.block_on(writer.write_batch(&messages(&texts)));
+    let out = rt
+        .block_on(writer.write_batch(&messages(&texts)))
+        .expect("write call");
     let failed: Vec<usize> = (0..4).filter(|&i| out.failures[i].is_some()).collect();
     assert_eq!(failed, vec![2], "{:?}", out.failures);
     assert!(
@@ -123,7 +125,7 @@ fn concurrent_writers_on_one_table_lose_nothing() {
         let calls = writers.iter().zip(&texts).flat_map(|(w, t)| {
             t.chunks(1).map(move |c| async move {
                 let msgs: Vec<Message> = c.iter().map(|t| Message::insert(t.as_bytes())).collect();
-                w.write_batch(&msgs).await
+                w.write_batch(&msgs).await.expect("write call")
             })
         });
         for out in futures::future::join_all(calls).await {
@@ -168,7 +170,9 @@ fn oauth2_client_credentials_and_extra_headers() {
     }));
     let writer = rt.block_on(Writer::open(cfg)).unwrap();
     let texts = vec![r#"{"id": 1, "who": "oauth"}"#.to_string()];
-    let out = rt.block_on(writer.write_batch(&messages(&texts)));
+    let out = rt
+        .block_on(writer.write_batch(&messages(&texts)))
+        .expect("write call");
     assert!(
         out.failures.iter().all(Option::is_none),
         "{:?}",
@@ -187,7 +191,8 @@ fn errors_never_carry_secrets() {
     // A catalog that is not there: the error names the URL, never the credentials.
     let cfg = Config::from_json(
         &json!({
-            "catalog": {"url": "http://127.0.0.1:9", "auth": {"bearer": "tok-VERY-SECRET"}},
+            "catalog": {"url": "http://user:pw-SECRET@127.0.0.1:9", "auth": {"bearer": "tok-VERY-SECRET"},
+                        "headers": {"Authorization-Extra": "hdr-SECRET"}},
             "storage": {"aws_s3": {"credentials": {"id": "AKIDSECRET", "secret": "SK-SECRET"}}}
         })
         .to_string(),

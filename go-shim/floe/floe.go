@@ -18,7 +18,7 @@ import (
 )
 
 // ABIVersion is the C ABI version this binding was written for.
-const ABIVersion = 3
+const ABIVersion = 4
 
 // Status mirrors floe_status.
 type Status uint32
@@ -188,9 +188,17 @@ func (b cBuffer) free() {
 	}
 }
 
-// Write commits a batch, returning once every table it touches has committed. A
-// non-nil error means nothing is known to be committed. Cancelling ctx aborts the
-// call with a StatusCancelled error (the outcome of an in-flight commit is unknown).
+// testHookBeforeWrite, when set by a test, runs just before the C call, after the
+// context was checked; it gets a channel closed once the cancel token has been fired.
+var testHookBeforeWrite func(tokenFired <-chan struct{})
+
+// Write commits a batch, returning once every table it touches has committed or failed.
+// Result.Failures holds per-message errors: StatusData ones are the message's own fault;
+// any other status (an outage, a conflict beyond the retry budget) means "retry this
+// message", and the others are committed. A non-nil error means no table committed
+// anything: retry the whole batch. Cancelling ctx aborts the call with a
+// StatusCancelled error (the outcome of an in-flight commit is unknown); a context
+// cancelled before the call reaches libfloe writes nothing.
 func (w *Writer) Write(ctx context.Context, b Batch) (*Result, error) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
@@ -243,6 +251,7 @@ func (w *Writer) Write(ctx context.Context, b Batch) (*Result, error) {
 
 	token := C.floe_cancel_token_new()
 	done := make(chan struct{})
+	fired := make(chan struct{})
 	var watcher sync.WaitGroup
 	watcher.Add(1)
 	go func() {
@@ -250,9 +259,13 @@ func (w *Writer) Write(ctx context.Context, b Batch) (*Result, error) {
 		select {
 		case <-ctx.Done():
 			C.floe_cancel_token_cancel(token)
+			close(fired)
 		case <-done:
 		}
 	}()
+	if testHookBeforeWrite != nil {
+		testHookBeforeWrite(fired)
+	}
 	var res *C.floe_batch_result
 	var cerr *C.floe_error
 	status := C.floe_writer_write(w.ptr, batch, token, &res, &cerr)

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func openTemp(t *testing.T) *Writer {
@@ -145,6 +149,40 @@ func TestCancelledContextIsNotWritten(t *testing.T) {
 	}
 }
 
+// A cancel that fires after Write checked its context but before libfloe starts must
+// win inside libfloe: no row of the cancelled call may be committed (the host retries
+// it, so a committed row would be written twice). The hook cancels at exactly that
+// point, so the call reaches the library with its token already fired.
+func TestCancelFiredBeforeTheCallReachesLibfloeWritesNothing(t *testing.T) {
+	w := openTemp(t)
+	t.Cleanup(func() { testHookBeforeWrite = nil })
+	for i := 0; i < 20; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		testHookBeforeWrite = func(fired <-chan struct{}) {
+			cancel()
+			<-fired
+		}
+		_, err := w.Write(ctx, Batch{Messages: [][]byte{[]byte(fmt.Sprintf(`{"id": %d}`, i))}})
+		var fe *Error
+		if !errors.As(err, &fe) || fe.Status != StatusCancelled {
+			t.Fatalf("call %d: want a StatusCancelled error from libfloe, got %v", i, err)
+		}
+	}
+	testHookBeforeWrite = nil
+	// A later write shares the committer's queue: once it is committed, so is anything
+	// a cancelled call might have submitted before it.
+	if _, err := w.Write(context.Background(), Batch{Messages: [][]byte{[]byte(`{"id": 100}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rows != 1 {
+		t.Fatalf("committed rows = %d, want 1: a cancelled call's rows were written", st.Rows)
+	}
+}
+
 func TestMismatchedPerMessageListsAreRefused(t *testing.T) {
 	w := openTemp(t)
 	_, err := w.Write(context.Background(), Batch{Messages: [][]byte{[]byte(`{}`), []byte(`{}`)}, Tables: []string{"t"}})
@@ -210,4 +248,59 @@ func TestExactlyOnceSkipsCommittedOffsetsAcrossWriters(t *testing.T) {
 	if _, err = w.Write(context.Background(), Batch{Messages: [][]byte{[]byte(`{}`)}, Sources: []string{"a"}}); err == nil {
 		t.Fatal("Sources without Offsets must be refused")
 	}
+}
+
+// libfloe's warnings reach the host: an expiry round whose file cleanup fails (an
+// expired manifest list was removed behind floe's back) logs through SetLogger.
+func TestLibraryWarningsReachTheHostLog(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	if err := SetLogger(LogInfo, func(level LogLevel, msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, fmt.Sprintf("%d %s", level, msg))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wh := t.TempDir()
+	cfg, _ := json.Marshal(map[string]any{
+		"catalog":          map[string]any{"warehouse": wh},
+		"namespace":        "binding",
+		"table":            "logs",
+		"schema_evolution": map[string]any{"enabled": true},
+		"commit":           map[string]any{"max_snapshot_age": "1ms"},
+	})
+	w, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	write := func(id int) {
+		if _, err := w.Write(context.Background(), Batch{Messages: [][]byte{[]byte(fmt.Sprintf(`{"id": %d}`, id))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(1)
+	lists, _ := filepath.Glob(filepath.Join(wh, "binding", "logs", "metadata", "snap-*.avro"))
+	if len(lists) != 1 {
+		t.Fatalf("want the first snapshot's manifest list, found %v", lists)
+	}
+	if err := os.Remove(lists[0]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the first snapshot is now older than 1 ms
+	write(2)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		for _, l := range lines {
+			if strings.HasPrefix(l, "2 ") && strings.Contains(l, "file cleanup failed") {
+				mu.Unlock()
+				return
+			}
+		}
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no warning about the failed cleanup reached the logger; got %q", lines)
 }

@@ -98,9 +98,11 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewAnyField("new_column_type_mapping").Optional(),
 			).Default(map[string]any{}),
 			service.NewObjectField(fCommit,
-				service.NewDurationField("max_snapshot_age").Default("24h"),
+				service.NewDurationField("max_snapshot_age").Default("24h").Description("Snapshots older than this are expired, unless the table's `history.expire.max-snapshot-age-ms` or its branch's retention says otherwise (the table's settings win). `0s` turns expiry off."),
+				service.NewIntField("max_snapshots").Default(500).Description("Most snapshots a branch keeps under floe's defaults, whatever their age (each commit makes the catalog rewrite the whole table metadata). Ignored for a table or branch with its own max snapshot age."),
 				service.NewBoolField("manifest_merge_enabled").Default(true),
-				service.NewIntField("max_retries").Default(3),
+				service.NewIntField("max_retries").Default(3).Description("Retries of throttling answers (429/503) and of commits of unknown outcome; conflicts with other writers are retried until `retry_timeout`."),
+				service.NewDurationField("retry_timeout").Default("2m").Description("How long a commit keeps rebasing onto other writers' commits after conflicts before it fails."),
 				service.NewBoolField("cleanup_on_failure").Default(true),
 				service.NewDurationField("linger").Default("0s").Advanced().Description("How long the committer waits for more batches before writing a commit group. 0: batches that arrive while a commit is in flight share the next snapshot."),
 				service.NewIntField("max_group_rows").Default(2000000).Advanced().Description("Most rows in one commit group."),
@@ -110,7 +112,7 @@ func ConfigSpec() *service.ConfigSpec {
 					service.NewInterpolatedStringField("source").Description("Where a message came from, e.g. `${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }`."),
 					service.NewInterpolatedStringField("offset").Description("The message's integer offset within its source, e.g. `${! meta(\"kafka_offset\") }`."),
 				).Optional().Description("Exactly-once across restarts: committed offsets per source are recorded in each snapshot, and messages already committed are acknowledged without being written again."),
-			).Default(map[string]any{}).Description("Concurrent batches (`max_in_flight`) share snapshots (group commit). `max_retries` bounds retries of conflicts and throttling (exponential backoff with jitter); commits of unknown outcome are looked up by commit id before any retry. Small manifests are merged (the table's `commit.manifest.*` properties apply), snapshots older than `max_snapshot_age` are expired and unreachable files deleted, files of refused commits deleted when `cleanup_on_failure`."),
+			).Default(map[string]any{}).Description("Concurrent batches (`max_in_flight`) share snapshots (group commit). conflicts with other writers are rebased and retried for up to `retry_timeout`, throttling up to `max_retries` times (exponential backoff with jitter); commits of unknown outcome are looked up by commit id before any retry. Small manifests are merged (the table's `commit.manifest.*` properties apply), snapshots older than `max_snapshot_age` are expired and unreachable files deleted, files of refused commits deleted when `cleanup_on_failure`."),
 			service.NewObjectField(fParquet,
 				service.NewStringEnumField("string_encoding", "", "delta_length_byte_array", "plain").Default(""),
 				service.NewStringEnumField("compression", "", "zstd", "snappy", "lz4", "gzip", "uncompressed").Default(""),
@@ -149,6 +151,9 @@ func init() {
 				return nil, service.BatchPolicy{}, 0, err
 			}
 			out, err := newOutput(conf, mgr)
+			if err == nil {
+				policy = guardBatchPolicy(policy, mgr.Logger())
+			}
 			return out, policy, maxInFlight, err
 		})
 	if err != nil {
@@ -173,6 +178,94 @@ type output struct {
 
 	mu     sync.RWMutex
 	writer *floe.Writer
+
+	// Failures of whole calls (outages), for backoff and one log line per cause.
+	outage outage
+}
+
+// forwardLibfloeLogs sends libfloe's log lines (failed cleanups, skipped expiry rounds)
+// to the host's logger at the same level. libfloe takes one callback per process; the
+// newest output's logger receives the lines.
+func forwardLibfloeLogs(log *service.Logger) {
+	err := floe.SetLogger(floe.LogInfo, func(level floe.LogLevel, msg string) {
+		switch level {
+		case floe.LogError:
+			log.Error(msg)
+		case floe.LogWarn:
+			log.Warn(msg)
+		case floe.LogInfo:
+			log.Info(msg)
+		case floe.LogDebug:
+			log.Debug(msg)
+		default:
+			log.Trace(msg)
+		}
+	})
+	if err != nil {
+		log.Warnf("iceberg output: libfloe's log lines cannot be forwarded: %v", err)
+	}
+}
+
+// partialBatchFlush is the period floe adds to a count-only batch policy.
+const partialBatchFlush = "1s"
+
+// guardBatchPolicy gives a count-only batch policy a period. Without one, messages the
+// input re-delivers after a failed write (fewer than a full batch) wait for a batch that
+// never fills: the pipeline hangs with rows stranded. Said once in the log.
+func guardBatchPolicy(p service.BatchPolicy, log *service.Logger) service.BatchPolicy {
+	if p.Count > 1 && p.Period == "" && p.Check == "" {
+		p.Period = partialBatchFlush
+		log.Warnf("iceberg output: batching.count %d has no batching.period; partial batches (e.g. re-delivered messages) are flushed after %s so none is stranded. Set batching.period to choose.", p.Count, partialBatchFlush)
+	}
+	return p
+}
+
+// outage tracks consecutive whole-call failures: the host retries such a batch (it is
+// not the messages' fault), floe waits a little longer before each retry, and logs one
+// line per cause rather than one per batch.
+type outage struct {
+	mu       sync.Mutex
+	failures int
+	lastLog  time.Time
+	lastWhat string
+}
+
+// failed records a failure and logs it when its cause is new or the last line is old.
+func (o *outage) failed(err error, log *service.Logger) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.failures++
+	what := err.Error()
+	var fe *floe.Error
+	if errors.As(err, &fe) {
+		what = fmt.Sprintf("status %d", fe.Status)
+	}
+	if what != o.lastWhat || time.Since(o.lastLog) > 30*time.Second {
+		log.Errorf("iceberg output: batch not written, retrying it (it is not routed to a fallback output): %v", err)
+		o.lastWhat, o.lastLog = what, time.Now()
+	}
+}
+
+// succeeded ends an outage, saying so if one was logged.
+func (o *outage) succeeded(log *service.Logger) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.failures > 0 {
+		log.Infof("iceberg output: writing again after %d failed attempts", o.failures)
+	}
+	o.failures, o.lastWhat = 0, ""
+}
+
+// backoff is how long to wait before the next retry: 0 without failures, then 250 ms
+// doubling up to 10 s.
+func (o *outage) backoff() time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.failures == 0 {
+		return 0
+	}
+	d := 250 * time.Millisecond << min(o.failures-1, 6)
+	return min(d, 10*time.Second)
 }
 
 func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, error) {
@@ -211,7 +304,11 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 		if offset, err = conf.FieldInterpolatedString(fCommit, "exactly_once", "offset"); err != nil {
 			return nil, err
 		}
+		if raw, err := conf.FieldString(fCommit, "exactly_once", "source"); err == nil && !strings.Contains(strings.ToLower(raw), "partition") {
+			mgr.Logger().Warnf("iceberg output: commit.exactly_once.source %q names no partition; offsets repeat across a topic's partitions, so a source must name one (e.g. '${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }'). Messages repeating a committed position are acknowledged without being written.", raw)
+		}
 	}
+	forwardLibfloeLogs(mgr.Logger())
 	m := mgr.Metrics()
 	return &output{
 		configJSON:     cfg,
@@ -241,6 +338,14 @@ func splitPath(p string) []string {
 }
 
 func (o *output) Connect(ctx context.Context) error {
+	// After a failed write the host calls Connect before retrying: the backoff is here.
+	if d := o.outage.backoff(); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.writer != nil {
@@ -248,11 +353,9 @@ func (o *output) Connect(ctx context.Context) error {
 	}
 	w, err := floe.Open(o.configJSON)
 	if err != nil {
-		var fe *floe.Error
-		if errors.As(err, &fe) && fe.Status == floe.StatusUnavailable {
-			return fmt.Errorf("%w: %v", service.ErrNotConnected, err)
-		}
-		return err
+		// A plain error: the host logs it (which URL, what failed) and retries with
+		// backoff. Wrapping ErrNotConnected would lose the message.
+		return fmt.Errorf("iceberg output cannot open libfloe: %w", err)
 	}
 	o.writer = w
 	o.log.Infof("iceberg output connected")
@@ -329,33 +432,140 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		return err
 	}
 	start := nowNanos()
-	res, err := w.Write(ctx, floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Sources: sources, Offsets: offsets})
+	full := floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Sources: sources, Offsets: offsets}
+	res, err := w.Write(ctx, full)
 	o.writeLatency.Timing(nowNanos() - start)
 	if err != nil {
 		o.commitFailures.Incr(1)
-		var fe *floe.Error
-		if errors.As(err, &fe) && fe.Status == floe.StatusUnavailable {
-			return fmt.Errorf("%w: %v", service.ErrNotConnected, err)
+		if retryWhole(err) {
+			// Storage, catalog, auth, conflicts, unknown outcomes, and nothing was
+			// committed: not the messages' fault. ErrNotConnected makes the host retry
+			// this batch (after Connect, which backs off) instead of nacking it into a
+			// fallback output.
+			o.outage.failed(err, o.log)
+			return service.ErrNotConnected
 		}
 		return err
 	}
 	o.rowsInserted.Incr(int64(res.Rows), "insert")
 	o.snapshots.Incr(int64(res.Snapshots))
-	if res.FailedCount == 0 {
+	failures, err := o.retryNotAtFault(ctx, w, full, res.Failures)
+	if err != nil {
+		return err
+	}
+	o.outage.succeeded(o.log)
+	return o.batchError(batch, failures)
+}
+
+// retryNotAtFault retries, in this call, the messages that failed for a reason not of
+// their making (a table of a multi-table batch whose commit failed, a position another
+// call was committing): the rest of the batch is committed, so handing the whole batch
+// back to the host would write it twice. It returns once only messages at fault
+// (StatusData) remain failed, or the host stops (ctx), which nacks the whole batch.
+func (o *output) retryNotAtFault(ctx context.Context, w *floe.Writer, full floe.Batch, failures []error) ([]error, error) {
+	for {
+		var retry []int
+		for i, f := range failures {
+			if f != nil && !atFault(f) {
+				retry = append(retry, i)
+			}
+		}
+		if len(retry) == 0 {
+			return failures, nil
+		}
+		o.commitFailures.Incr(1)
+		o.outage.failed(failures[retry[0]], o.log)
+		if d := o.outage.backoff(); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return nil, fmt.Errorf("iceberg output stopped while retrying %d messages: %w", len(retry), ctx.Err())
+			}
+		}
+		res, err := w.Write(ctx, subset(full, retry))
+		if err != nil {
+			if retryWhole(err) {
+				for _, i := range retry {
+					failures[i] = err
+				}
+				continue
+			}
+			return nil, err
+		}
+		o.rowsInserted.Incr(int64(res.Rows), "insert")
+		o.snapshots.Incr(int64(res.Snapshots))
+		for j, i := range retry {
+			failures[i] = res.Failures[j]
+		}
+	}
+}
+
+// atFault tells whether a message failed for a reason of its own (replaying it fails
+// again), so it may go to a fallback output.
+func atFault(err error) bool {
+	var fe *floe.Error
+	return errors.As(err, &fe) && fe.Status == floe.StatusData
+}
+
+// subset is the batch of messages idx of b.
+func subset(b floe.Batch, idx []int) floe.Batch {
+	pickS := func(v []string) []string {
+		if v == nil {
+			return nil
+		}
+		out := make([]string, len(idx))
+		for j, i := range idx {
+			out[j] = v[i]
+		}
+		return out
+	}
+	out := floe.Batch{Namespaces: pickS(b.Namespaces), Tables: pickS(b.Tables), Operations: pickS(b.Operations), Sources: pickS(b.Sources)}
+	out.Messages = make([][]byte, len(idx))
+	for j, i := range idx {
+		out.Messages[j] = b.Messages[i]
+	}
+	if b.Offsets != nil {
+		out.Offsets = make([]int64, len(idx))
+		for j, i := range idx {
+			out.Offsets[j] = b.Offsets[i]
+		}
+	}
+	return out
+}
+
+// batchError names the messages that failed through their own fault, or nil.
+func (o *output) batchError(batch service.MessageBatch, failures []error) error {
+	var batchErr *service.BatchError
+	failed := 0
+	for _, f := range failures {
+		if f != nil {
+			failed++
+		}
+	}
+	if failed == 0 {
 		return nil
 	}
-	o.rowsFailed.Incr(int64(res.FailedCount))
-	var batchErr *service.BatchError
-	for i, f := range res.Failures {
+	o.rowsFailed.Incr(int64(failed))
+	for i, f := range failures {
 		if f == nil {
 			continue
 		}
 		if batchErr == nil {
-			batchErr = service.NewBatchError(batch, fmt.Errorf("%d of %d messages failed: %w", res.FailedCount, len(batch), f))
+			batchErr = service.NewBatchError(batch, fmt.Errorf("%d of %d messages failed: %w", failed, len(batch), f))
 		}
 		batchErr = batchErr.Failed(i, f)
 	}
 	return batchErr
+}
+
+// retryWhole tells whether a failed call should be retried as a whole by the host: every
+// libfloe failure except cancellation (the host is stopping) and a malformed call.
+func retryWhole(err error) bool {
+	var fe *floe.Error
+	if !errors.As(err, &fe) {
+		return false
+	}
+	return fe.Status != floe.StatusCancelled && fe.Status != floe.StatusInvalidArgument
 }
 
 func (o *output) Close(ctx context.Context) error {
@@ -498,7 +708,7 @@ func commitConfig(conf *service.ParsedConfig) (map[string]any, error) {
 		}
 		commit[k] = b
 	}
-	for _, k := range []string{"max_snapshot_age", "linger"} {
+	for _, k := range []string{"max_snapshot_age", "linger", "retry_timeout"} {
 		d, err := conf.FieldDuration(fCommit, k)
 		if err != nil {
 			return nil, err
@@ -508,7 +718,7 @@ func commitConfig(conf *service.ParsedConfig) (map[string]any, error) {
 		}
 		commit[k] = d.String()
 	}
-	for _, k := range []string{"max_group_rows", "max_group_bytes"} {
+	for _, k := range []string{"max_group_rows", "max_group_bytes", "max_snapshots"} {
 		v, err := conf.FieldInt(fCommit, k)
 		if err != nil {
 			return nil, err

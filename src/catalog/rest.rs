@@ -23,6 +23,8 @@ use crate::error::{Error, ErrorKind, Result};
 
 pub struct RestCatalog {
     http: reqwest::Client,
+    /// Strings that must never appear in an error: tokens, client secrets, header values.
+    secrets: Secrets,
     /// Base URL plus `/v1` and the server's prefix, without a trailing slash.
     base: String,
     url: String,
@@ -81,8 +83,25 @@ impl RestCatalog {
             })?;
             headers.insert(name, value);
         }
+        let secrets = Secrets::default();
+        config.headers.values().for_each(|v| secrets.add(v));
+        if let Some(token) = &config.auth.bearer {
+            secrets.add(token);
+        }
+        if let Some(o) = &config.auth.oauth2 {
+            secrets.add(&o.client_secret);
+        }
+        if let Some(password) = url::Url::parse(url)
+            .ok()
+            .and_then(|u| u.password().map(str::to_string))
+        {
+            secrets.add(&password);
+        }
         let http = reqwest::Client::builder()
             .default_headers(headers)
+            // A redirected commit would be answered by the GET that follows it: a table,
+            // which reads as a successful commit. Redirects are errors instead.
+            .redirect(reqwest::redirect::Policy::none())
             .danger_accept_invalid_certs(config.tls_skip_verify)
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(60))
@@ -103,6 +122,7 @@ impl RestCatalog {
         };
         let mut catalog = RestCatalog {
             http,
+            secrets,
             base: format!("{url}/v1"),
             url: url.to_string(),
             auth,
@@ -112,9 +132,13 @@ impl RestCatalog {
         if let Some(w) = &catalog.warehouse {
             path.push_str(&format!("?warehouse={}", encode_segment(w)));
         }
-        let response = catalog.send(Method::GET, &path, None::<&()>).await?;
-        let response = expect_ok(response, "get catalog config").await?;
-        let cfg: ConfigResponse = parse_json(response, "catalog config").await?;
+        let cfg: ConfigResponse = catalog
+            .redacted(async {
+                let response = catalog.send(Method::GET, &path, None::<&()>).await?;
+                let response = expect_ok(response, "get catalog config").await?;
+                parse_json(response, "catalog config").await
+            })
+            .await?;
         let mut props = cfg.defaults;
         props.extend(cfg.overrides);
         if let Some(prefix) = props.get("prefix").filter(|p| !p.is_empty()) {
@@ -136,6 +160,7 @@ impl RestCatalog {
                     return Ok(Some(t.clone()));
                 }
                 let fresh = self.fetch_token(config).await?;
+                self.secrets.add(&fresh.0);
                 *cached = Some(fresh.clone());
                 Ok(Some(fresh.0))
             }
@@ -237,13 +262,66 @@ impl RestCatalog {
 }
 
 fn transport_error(e: reqwest::Error, what: &str) -> Error {
-    // reqwest errors carry the URL but never headers, so no token can leak here.
     let kind = if e.is_builder() {
         ErrorKind::Config
     } else {
         ErrorKind::Unavailable
     };
-    Error::new(kind, format!("{what}: {e}"))
+    // The URL is named without user info (a password may sit there); the cause chain
+    // says what failed (refused, timed out, TLS), which reqwest's own message omits.
+    let url = e.url().map(without_user_info).unwrap_or_default();
+    let mut causes = Vec::new();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        causes.push(s.to_string());
+        source = s.source();
+    }
+    let mut message = format!("{what} to {url}: {}", e.without_url());
+    for cause in causes {
+        if !message.contains(&cause) {
+            message.push_str(&format!(": {cause}"));
+        }
+    }
+    Error::new(kind, message)
+}
+
+fn without_user_info(url: &reqwest::Url) -> String {
+    let mut url = url.clone();
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.to_string()
+}
+
+/// Secret strings to scrub from error messages (tokens fetched later are added).
+#[derive(Default)]
+struct Secrets(std::sync::Mutex<Vec<String>>);
+
+impl Secrets {
+    fn add(&self, secret: &str) {
+        // Very short values (e.g. a header "1") would redact ordinary words.
+        if secret.len() >= 4 {
+            let mut list = self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !list.iter().any(|s| s == secret) {
+                list.push(secret.to_string());
+            }
+        }
+    }
+
+    fn scrub(&self, mut text: String) -> String {
+        let list = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for secret in list.iter() {
+            if text.contains(secret.as_str()) {
+                text = text.replace(secret.as_str(), "<redacted>");
+            }
+        }
+        text
+    }
 }
 
 async fn parse_json<T: serde::de::DeserializeOwned>(response: Response, what: &str) -> Result<T> {
@@ -262,6 +340,26 @@ async fn parse_json<T: serde::de::DeserializeOwned>(response: Response, what: &s
 /// Turns a non-2xx response into an error of the right kind, quoting the server's message.
 async fn status_error(response: Response, what: &str) -> Error {
     let status = response.status();
+    if status.is_redirection() {
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .and_then(|l| {
+                reqwest::Url::parse(l)
+                    .ok()
+                    .map(|u| without_user_info(&u))
+                    .or(Some(l.to_string()))
+            })
+            .unwrap_or_else(|| "nowhere".into());
+        return Error::new(
+            ErrorKind::Rejected,
+            format!(
+                "{what}: HTTP {status}: the catalog redirects to {location}; floe does not \
+                 follow redirects on catalog calls, set catalog.url to the address that answers"
+            ),
+        );
+    }
     let body = response.text().await.unwrap_or_default();
     let message = serde_json::from_str::<serde_json::Value>(&body)
         .ok()
@@ -292,6 +390,37 @@ async fn expect_ok(response: Response, what: &str) -> Result<Response> {
 #[async_trait]
 impl Catalog for RestCatalog {
     async fn load_table(&self, ident: &TableIdent) -> Result<Option<LoadedTable>> {
+        self.redacted(self.load(ident)).await
+    }
+
+    async fn ensure_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
+        self.redacted(self.create_namespace(namespace)).await
+    }
+
+    async fn create_table(&self, ident: &TableIdent, table: NewTable) -> Result<LoadedTable> {
+        self.redacted(self.create(ident, table)).await
+    }
+
+    async fn commit(
+        &self,
+        ident: &TableIdent,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<LoadedTable> {
+        self.redacted(self.post_commit(ident, requirements, updates))
+            .await
+    }
+}
+
+impl RestCatalog {
+    /// Runs a catalog call, scrubbing every secret from its error (a server may quote
+    /// a header or token back in its error body).
+    async fn redacted<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        call.await
+            .map_err(|e| Error::new(e.kind(), self.secrets.scrub(e.message().to_string())))
+    }
+
+    async fn load(&self, ident: &TableIdent) -> Result<Option<LoadedTable>> {
         let response = self
             .send(Method::GET, &self.table_url(ident), None::<&()>)
             .await?;
@@ -303,7 +432,7 @@ impl Catalog for RestCatalog {
         Ok(Some(Self::loaded(ident, result)))
     }
 
-    async fn ensure_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
+    async fn create_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
         if self.namespace_exists(namespace).await? {
             return Ok(());
         }
@@ -335,7 +464,7 @@ impl Catalog for RestCatalog {
         }
     }
 
-    async fn create_table(&self, ident: &TableIdent, table: NewTable) -> Result<LoadedTable> {
+    async fn create(&self, ident: &TableIdent, table: NewTable) -> Result<LoadedTable> {
         let request = CreateTableRequest {
             name: ident.name().to_string(),
             location: table.location,
@@ -352,7 +481,7 @@ impl Catalog for RestCatalog {
         );
         let response = self.send(Method::POST, &url, Some(&request)).await?;
         if response.status() == StatusCode::CONFLICT {
-            return self.load_table(ident).await?.ok_or_else(|| {
+            return self.load(ident).await?.ok_or_else(|| {
                 Error::internal(format!("table {ident} exists but cannot be loaded"))
             });
         }
@@ -362,14 +491,14 @@ impl Catalog for RestCatalog {
                 Ok(Self::loaded(ident, result))
             }
             // As for namespaces: a concurrent creator may have won.
-            Err(e) => match self.load_table(ident).await {
+            Err(e) => match self.load(ident).await {
                 Ok(Some(table)) => Ok(table),
                 _ => Err(e),
             },
         }
     }
 
-    async fn commit(
+    async fn post_commit(
         &self,
         ident: &TableIdent,
         requirements: Vec<TableRequirement>,

@@ -5,6 +5,7 @@
 //! file and swaps the pointer with `UPDATE … WHERE metadata_location = <expected>`, so
 //! concurrent writers (threads or processes) never overwrite each other's snapshots.
 
+use crate::sync::LockExt;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -83,12 +84,18 @@ impl SqlCatalog {
         ns.as_ref().join(".")
     }
 
+    /// Runs a SQLite call. SQLite blocks (up to the 30 s busy timeout while another
+    /// process holds the write lock), so on a multi-threaded runtime the worker hands its
+    /// other tasks to another thread first (`block_in_place`) instead of stalling them.
     fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
-        let conn = self
-            .conn
-            .lock()
-            .map_err(|_| Error::internal("embedded catalog lock poisoned"))?;
-        f(&conn).map_err(Error::from)
+        let call = || {
+            let conn = self.conn.locked();
+            f(&conn).map_err(Error::from)
+        };
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(call),
+            _ => call(),
+        }
     }
 
     fn current_location(&self, ident: &TableIdent) -> Result<Option<String>> {
@@ -108,7 +115,7 @@ impl SqlCatalog {
 
     /// The metadata at `location`, from the cache when it holds that version.
     async fn metadata_at(&self, ident: &TableIdent, location: &str) -> Result<Arc<TableMetadata>> {
-        if let Some((cached, metadata)) = self.cache.lock().expect("cache lock").get(ident)
+        if let Some((cached, metadata)) = self.cache.locked().get(ident)
             && cached == location
         {
             return Ok(metadata.clone());
@@ -120,8 +127,7 @@ impl SqlCatalog {
 
     fn remember(&self, ident: &TableIdent, location: &str, metadata: &Arc<TableMetadata>) {
         self.cache
-            .lock()
-            .expect("cache lock")
+            .locked()
             .insert(ident.clone(), (location.to_string(), metadata.clone()));
     }
 
@@ -129,6 +135,40 @@ impl SqlCatalog {
         let bytes = self.file_io.new_input(location)?.read().await?;
         serde_json::from_slice(&bytes)
             .map_err(|e| Error::internal(format!("table metadata {location} is not valid: {e}")))
+    }
+
+    /// With `write.metadata.delete-after-commit.enabled`, deletes the metadata files
+    /// that fell out of the table's metadata log (`write.metadata.previous-versions-max`
+    /// long) with this commit, as Iceberg's own catalogs do. Nothing references them.
+    async fn delete_dropped_metadata(
+        &self,
+        before: &TableMetadata,
+        before_location: &str,
+        after: &TableMetadata,
+    ) {
+        let enabled = after
+            .properties()
+            .get(DELETE_AFTER_COMMIT)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        if !enabled {
+            return;
+        }
+        let kept: std::collections::HashSet<&str> = after
+            .metadata_log()
+            .iter()
+            .map(|e| e.metadata_file.as_str())
+            .collect();
+        let dropped = before
+            .metadata_log()
+            .iter()
+            .map(|e| e.metadata_file.as_str())
+            .chain([before_location])
+            .filter(|f| !kept.contains(f));
+        for file in dropped {
+            if let Err(e) = self.file_io.delete(file).await {
+                tracing::warn!("could not delete old table metadata {file}: {e}");
+            }
+        }
     }
 
     async fn write_metadata(&self, location: &str, metadata: &TableMetadata) -> Result<()> {
@@ -252,10 +292,18 @@ impl Catalog for SqlCatalog {
             current.metadata.as_ref().clone(),
             Some(previous_location.clone()),
         );
+        // An update the metadata refuses is the catalog refusing the commit (as a REST
+        // catalog answers 400), never a message's fault.
+        let refused = |e: iceberg::Error| {
+            Error::new(
+                ErrorKind::Rejected,
+                format!("embedded catalog refused the commit to {ident}: {e}"),
+            )
+        };
         for update in updates {
-            builder = update.apply(builder)?;
+            builder = update.apply(builder).map_err(refused)?;
         }
-        let metadata = builder.build()?.metadata;
+        let metadata = builder.build().map_err(refused)?.metadata;
         let new_location = next_metadata_location(metadata.location(), Some(&previous_location));
         self.write_metadata(&new_location, &metadata).await?;
         let ns = Self::namespace_key(ident.namespace());
@@ -270,6 +318,8 @@ impl Catalog for SqlCatalog {
         });
         match swapped {
             Ok(1) => {
+                self.delete_dropped_metadata(&current.metadata, &previous_location, &metadata)
+                    .await;
                 let metadata = Arc::new(metadata);
                 self.remember(ident, &new_location, &metadata);
                 Ok(Self::loaded(ident, new_location, metadata))
@@ -289,6 +339,11 @@ impl Catalog for SqlCatalog {
         }
     }
 }
+
+/// Table property: delete metadata files older than the metadata log keeps.
+pub const DELETE_AFTER_COMMIT: &str = "write.metadata.delete-after-commit.enabled";
+/// Table property: how many previous metadata files the log keeps.
+pub const PREVIOUS_VERSIONS_MAX: &str = "write.metadata.previous-versions-max";
 
 #[cfg(test)]
 mod tests {

@@ -17,6 +17,7 @@
 //! outcome is unknown to the caller, which is why exactly-once keeps its claims here,
 //! in the [`Ledger`], and not in the call.
 
+use crate::sync::LockExt;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,10 +29,14 @@ use iceberg::io::FileIO;
 use iceberg::spec::DataFile;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::expire::{delete_unreachable, expired_snapshots, removal_request};
+use super::expire::{
+    Retention, delete_unreachable, expired_refs, expired_snapshots, removal_request,
+};
 use super::merge::MergePolicy;
 use super::offsets::{SourceOffsets, committed_offsets};
-use super::snapshot::{ManifestListCache, SnapshotChanges, find_commit, prepare_snapshot};
+use super::snapshot::{
+    Attempt, ManifestListCache, Rebase, SnapshotChanges, find_commit, prepare_snapshot,
+};
 use super::staging::{STAGE_MAX_INPUT_BYTES, StagedFile, Staging, upload};
 use crate::catalog::{Catalog, LoadedTable};
 use crate::config::ParquetConfig;
@@ -43,9 +48,12 @@ use crate::write::{FileSettings, file_settings, write_data_files};
 #[derive(Debug, Clone)]
 pub struct CommitterOptions {
     pub max_retries: u32,
+    /// How long conflicts are retried (see `CommitStage::commit_with_retries`).
+    pub retry_timeout: Duration,
     pub cleanup_on_failure: bool,
     pub manifest_merge: bool,
-    pub max_snapshot_age: Duration,
+    /// floe's retention defaults (`commit.max_snapshot_age`, `commit.max_snapshots`).
+    pub retention: Retention,
     pub linger: Duration,
     pub max_group_rows: usize,
     pub max_group_bytes: usize,
@@ -103,16 +111,21 @@ pub struct Committed {
 #[derive(Default)]
 pub struct Ledger {
     pub committed: SourceOffsets,
-    in_flight: HashMap<u64, SourceOffsets>,
+    in_flight: HashMap<u64, HashMap<(String, i64), u64>>,
 }
 
+/// Claimed positions of one call: (source, offset) → hash of the message's payload.
+pub type Claimed = HashMap<(String, i64), u64>;
+
 impl Ledger {
-    pub fn in_flight(&self, source: &str, offset: i64) -> bool {
-        self.in_flight.values().any(|o| o.contains(source, offset))
+    /// The payload hash of the message another call is committing at this position.
+    pub fn in_flight(&self, source: &str, offset: i64) -> Option<u64> {
+        let key = (source.to_string(), offset);
+        self.in_flight.values().find_map(|c| c.get(&key).copied())
     }
 
-    pub fn claim(&mut self, claim: u64, offsets: SourceOffsets) {
-        self.in_flight.insert(claim, offsets);
+    pub fn claim(&mut self, claim: u64, claimed: Claimed) {
+        self.in_flight.insert(claim, claimed);
     }
 
     pub fn release(&mut self, claim: u64) {
@@ -130,9 +143,7 @@ struct Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if let Ok(mut ledger) = self.ledger.lock() {
-            ledger.release(self.claim);
-        }
+        self.ledger.locked().release(self.claim);
     }
 }
 
@@ -188,6 +199,7 @@ impl TableCommitter {
                 ledger: ledger.clone(),
                 options,
                 last_expiry: None,
+                cleanup_running: Arc::default(),
                 manifest_list: None,
                 pace,
                 commits_done,
@@ -213,7 +225,7 @@ impl TableCommitter {
 
     /// Drops a claim whose rows will not be submitted.
     pub fn release(&self, claim: u64) {
-        self.ledger.lock().expect("ledger lock").release(claim);
+        self.ledger.locked().release(claim);
     }
 
     /// Whether the committer's tasks are gone (only after a panic in one of them); the
@@ -260,6 +272,8 @@ struct EncodedGroup {
     /// The data files' bytes when they were staged in memory (small groups): uploaded
     /// with the manifest and the manifest list.
     staged: Vec<StagedFile>,
+    /// The table (uuid), schema and spec the files were written for.
+    table_uuid: uuid::Uuid,
     schema_id: i32,
     spec_id: i32,
     pendings: Vec<Pending>,
@@ -464,7 +478,7 @@ async fn encode_loop(
             },
         };
         commits_done.borrow_and_update();
-        let plan = pace.lock().expect("pace lock").plan();
+        let plan = pace.locked().plan();
         let gathering = match plan {
             Plan::Now => None,
             Plan::Overlap(wait) => {
@@ -475,11 +489,11 @@ async fn encode_loop(
                 // The stage clears `commit_started` before announcing the end, so an end
                 // that came between the check and here is not missed.
                 let _ = commits_done.changed().await;
-                let commit = pace.lock().expect("pace lock").commit;
+                let commit = pace.locked().commit;
                 Some(Gathering::new(options.callers, commit, Instant::now()))
             }
             Plan::GatherSince { ended, released } => {
-                let commit = pace.lock().expect("pace lock").commit;
+                let commit = pace.locked().commit;
                 let callers = options.callers.map(|n| n.min(released));
                 Some(Gathering::new(callers, commit, ended))
             }
@@ -506,7 +520,7 @@ async fn encode_loop(
         let input_bytes: usize = fresh.iter().map(|p| p.submission.bytes).sum();
         let stage = input_bytes <= STAGE_MAX_INPUT_BYTES;
         let written = write_group(&batches, &current, stage).await;
-        Pace::smooth(&mut pace.lock().expect("pace lock").encode, t0.elapsed());
+        Pace::smooth(&mut pace.locked().encode, t0.elapsed());
         options.stats.record_write(t0.elapsed());
         tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
         match written {
@@ -514,6 +528,7 @@ async fn encode_loop(
                 let group = EncodedGroup {
                     data_files,
                     staged,
+                    table_uuid: current.table.metadata.uuid(),
                     schema_id,
                     spec_id: current.table.metadata.default_partition_spec_id(),
                     pendings: fresh,
@@ -559,6 +574,29 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(jitter)
 }
 
+/// Backoff before conflict retry `n` (1-based): a rebase is cheap and the winner has
+/// already moved on, so full jitter over 20 ms · 2^n, capped at 1 s.
+fn conflict_backoff(n: u32) -> Duration {
+    let ceiling_ms = (20u64 << n.min(6)).min(1_000);
+    let jitter = uuid::Uuid::new_v4().as_u64_pair().0 % (ceiling_ms + 1);
+    Duration::from_millis(jitter)
+}
+
+/// A commit answer counts only if the table's main branch is the snapshot just
+/// produced; anything else (a proxy's redirect target, a cache) leaves the outcome
+/// unknown, to be settled by looking for the commit id.
+fn accepted(table: LoadedTable, snapshot_id: i64) -> Result<LoadedTable> {
+    match table.metadata.current_snapshot_id() {
+        Some(head) if head == snapshot_id => Ok(table),
+        head => Err(Error::new(
+            ErrorKind::CommitStateUnknown,
+            format!(
+                "the catalog answered the commit of snapshot {snapshot_id} with a table whose main branch is {head:?}"
+            ),
+        )),
+    }
+}
+
 /// How a commit attempt sequence ended.
 struct Outcome {
     result: Result<i64>,
@@ -574,6 +612,8 @@ struct CommitStage {
     ledger: Arc<Mutex<Ledger>>,
     options: Arc<CommitterOptions>,
     last_expiry: Option<Instant>,
+    /// Whether the last expiry round is still deleting files.
+    cleanup_running: Arc<std::sync::atomic::AtomicBool>,
     /// The manifest list of this writer's last commit.
     manifest_list: Option<ManifestListCache>,
     pace: Arc<Mutex<Pace>>,
@@ -586,7 +626,7 @@ impl CommitStage {
         while let Some(first) = encoded.recv().await {
             // Marked at once: the encoder, woken by the free slot, reads it next.
             let started = Instant::now();
-            self.pace.lock().expect("pace lock").commit_started = Some(started);
+            self.pace.locked().commit_started = Some(started);
             let mut groups = vec![first];
             // Everything encoded while the previous commit was in flight goes in this one.
             while let Ok(g) = encoded.try_recv() {
@@ -595,7 +635,7 @@ impl CommitStage {
             let released = groups.iter().map(|g| g.pendings.len()).sum();
             self.commit_groups(groups).await;
             {
-                let mut pace = self.pace.lock().expect("pace lock");
+                let mut pace = self.pace.locked();
                 pace.commit_started = None;
                 pace.commit_ended = Some(Instant::now());
                 pace.released = released;
@@ -625,11 +665,7 @@ impl CommitStage {
         if let Some(writer_id) = &self.options.writer_id
             && let Ok(committed) = committed_offsets(&table.metadata, writer_id)
         {
-            self.ledger
-                .lock()
-                .expect("ledger lock")
-                .committed
-                .union_with(&committed);
+            self.ledger.locked().committed.union_with(&committed);
         }
         let view = if same_shape {
             TableView {
@@ -662,16 +698,21 @@ impl CommitStage {
         // decides and the rest are answered with a retryable error.
         let schema_id = groups[0].schema_id;
         let spec_id = groups[0].spec_id;
+        let table_uuid = groups[0].table_uuid;
         let mut data_files = Vec::new();
         let mut staged = Vec::new();
         let mut pendings = Vec::new();
         let mut offsets = SourceOffsets::default();
         for g in groups {
-            if g.schema_id != schema_id || g.spec_id != spec_id {
+            if g.schema_id != schema_id || g.spec_id != spec_id || g.table_uuid != table_uuid {
                 let e = Error::new(
                     ErrorKind::Unavailable,
                     "the table changed shape; retry the batch",
                 );
+                // Files streamed to storage (large groups) are referenced by nothing.
+                if g.staged.is_empty() && self.options.cleanup_on_failure {
+                    self.delete_files(&g.data_files, &[]).await;
+                }
                 fail_all(g.pendings, &e);
                 continue;
             }
@@ -684,6 +725,7 @@ impl CommitStage {
         }
         let changes = SnapshotChanges {
             commit_id: uuid::Uuid::new_v4(),
+            table_uuid,
             data_files,
             schema_id,
             spec_id,
@@ -703,11 +745,7 @@ impl CommitStage {
             Ok(snapshot_id) => {
                 self.record(&changes.data_files, started.elapsed());
                 if !offsets.is_empty() {
-                    self.ledger
-                        .lock()
-                        .expect("ledger lock")
-                        .committed
-                        .union_with(&offsets);
+                    self.ledger.locked().committed.union_with(&offsets);
                 }
                 for p in pendings {
                     finish(p, Ok(Committed { snapshot_id }));
@@ -757,16 +795,26 @@ impl CommitStage {
     /// an unknown outcome it looks for the commit id before trying again (and once more
     /// before giving up), so rows are never appended twice; while that stays undecided
     /// the error says so.
+    ///
+    /// Conflicts are ordinary when several writers share a table and each one proves
+    /// that another commit landed, so they are retried for up to `retry_timeout`; a
+    /// retry reuses the data manifest and rewrites only the manifest list. Throttling and
+    /// answers of unknown outcome are retried `max_retries` times.
     async fn commit_with_retries(
         &mut self,
         changes: &SnapshotChanges,
         mut staged_data: Vec<StagedFile>,
     ) -> Outcome {
         let ident = self.ident();
+        let started = Instant::now();
         let mut written = Vec::new();
+        // Files of attempts the catalog definitively refused and no later attempt reuses.
+        let mut refused = Vec::new();
         let mut maybe_committed = false;
         let mut last_error: Option<Error> = None;
-        let attempts = self.options.max_retries + 1;
+        let mut rebase: Option<Rebase> = None;
+        let (mut conflicts, mut transient) = (0u32, 0u32);
+        let mut rejected_once = false;
         let done = |result: Result<i64>, maybe_committed: bool, written| Outcome {
             // Whatever failed later, an attempt that may have landed leaves the rows'
             // fate unknown: a caller told "retry" could append them twice.
@@ -781,27 +829,37 @@ impl CommitStage {
             maybe_committed,
             written,
         };
-        for attempt in 0..=attempts {
+        for attempt in 0u32.. {
             if let Some(previous) = &last_error {
                 let fresh = match self.reload().await {
                     Ok(t) => t,
-                    // Cannot look; `done` reports an attempt that may have landed as unknown.
+                    // Cannot look. Even a "definite" refusal may come from a proxy that
+                    // re-sent an applied commit, so until a reload shows the commit id
+                    // absent, the attempt may have landed: its files stay.
                     Err(e) => {
                         let e = e.context(format!("{previous}; then reloading {ident}"));
-                        return done(Err(e), maybe_committed, written);
+                        return done(Err(e), true, written);
                     }
                 };
                 let found = find_commit(&fresh.metadata, changes.commit_id);
                 self.publish(fresh);
                 if let Some(snapshot_id) = found {
+                    self.delete_unreferenced(refused).await;
                     return done(Ok(snapshot_id), true, written);
                 }
-            }
-            if attempt == attempts {
-                break;
-            }
-            if attempt > 0 {
-                tokio::time::sleep(backoff(attempt)).await;
+                let give_up = match previous.kind() {
+                    ErrorKind::Conflict => started.elapsed() >= self.options.retry_timeout,
+                    ErrorKind::Rejected => false,
+                    _ => transient > self.options.max_retries,
+                };
+                if give_up {
+                    break;
+                }
+                tokio::time::sleep(match previous.kind() {
+                    ErrorKind::Conflict => conflict_backoff(conflicts),
+                    _ => backoff(transient),
+                })
+                .await;
             }
             let view = self.current();
             let t0 = Instant::now();
@@ -814,6 +872,10 @@ impl CommitStage {
                 changes,
                 &view.merge,
                 self.manifest_list.as_ref(),
+                Attempt {
+                    number: attempt,
+                    rebase: rebase.as_ref(),
+                },
             )
             .await
             {
@@ -836,11 +898,12 @@ impl CommitStage {
             let snapshot_id = prepared.snapshot_id;
             let list = prepared.manifest_list;
             let t1 = Instant::now();
-            match self
+            let answer = self
                 .catalog
                 .commit(&ident, prepared.requirements, prepared.updates)
                 .await
-            {
+                .and_then(|table| accepted(table, snapshot_id));
+            match answer {
                 Ok(table) => {
                     let t2 = Instant::now();
                     self.options.stats.record_catalog(t2 - t1);
@@ -851,7 +914,17 @@ impl CommitStage {
                         t1 - t0,
                         t2 - t1
                     );
+                    self.delete_unreferenced(refused).await;
                     return done(Ok(snapshot_id), true, written);
+                }
+                // A refusal on a stale view (e.g. another tool committed to a branch,
+                // moving the table's last sequence number): reload once and rebuild.
+                Err(e) if e.kind() == ErrorKind::Rejected && !rejected_once => {
+                    rejected_once = true;
+                    tracing::debug!("commit attempt {} to {ident} refused: {e}", attempt + 1);
+                    refused.extend(prepared.written.iter().cloned());
+                    transient += 1;
+                    last_error = Some(e);
                 }
                 Err(e)
                     if matches!(
@@ -861,8 +934,30 @@ impl CommitStage {
                             | ErrorKind::Unavailable
                     ) =>
                 {
-                    maybe_committed |= e.kind() == ErrorKind::CommitStateUnknown;
                     tracing::debug!("commit attempt {} to {ident}: {e}", attempt + 1);
+                    if e.kind() == ErrorKind::CommitStateUnknown {
+                        maybe_committed = true;
+                        rebase = None;
+                        transient += 1;
+                    } else {
+                        // Definitely refused: its manifest list (and merged manifests)
+                        // are garbage once a later attempt lands; its data manifest is
+                        // reused.
+                        let data_manifest = &prepared.rebase.data_manifest.manifest_path;
+                        refused.extend(
+                            prepared
+                                .written
+                                .iter()
+                                .filter(|p| *p != data_manifest)
+                                .cloned(),
+                        );
+                        rebase = Some(prepared.rebase);
+                        if e.kind() == ErrorKind::Conflict {
+                            conflicts += 1;
+                        } else {
+                            transient += 1;
+                        }
+                    }
                     last_error = Some(e);
                 }
                 Err(e) => return done(Err(e), maybe_committed, written),
@@ -872,26 +967,56 @@ impl CommitStage {
         // says so.
         let last = last_error.expect("loop ran");
         let e = last.context(format!(
-            "commit to {ident} failed after {attempts} attempts"
+            "commit to {ident} failed after {conflicts} conflicts and {transient} other retries in {:.1?}",
+            started.elapsed()
         ));
         done(Err(e), maybe_committed, written)
     }
 
-    /// Expires old snapshots when at least 100 have aged out, or any have and the last
-    /// expiry is a minute old: one catalog commit per many data commits.
+    /// Deletes files no snapshot references (of attempts the catalog refused). Failures
+    /// are logged: the files are only garbage.
+    async fn delete_unreferenced(&self, paths: Vec<String>) {
+        if paths.is_empty() || !self.options.cleanup_on_failure {
+            return;
+        }
+        let file_io = self.current().file_io.clone();
+        for path in paths {
+            if let Err(e) = file_io.delete(&path).await {
+                tracing::warn!("could not delete {path} of a refused commit attempt: {e}");
+            }
+        }
+    }
+
+    /// Expires snapshots past the table's retention (see `expire`) when at least 100
+    /// are due, or any are and the last round is a minute old: one catalog commit per
+    /// many data commits. One round at a time: a round whose file cleanup still runs
+    /// holds the next back.
     async fn expire_if_due(&mut self) {
+        if self.cleanup_running.load(Ordering::Acquire) {
+            return;
+        }
         let view = self.current();
-        let now = chrono::Utc::now().timestamp_millis();
-        let expired = expired_snapshots(&view.table.metadata, self.options.max_snapshot_age, now);
         let stale = self
             .last_expiry
             .is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
-        if expired.is_empty() || (expired.len() < 100 && !stale) {
+        // Between rounds, only a table past floe's count cap by a whole round is looked at.
+        let snapshots = view.table.metadata.snapshots().len();
+        if !stale && snapshots < self.options.retention.max_snapshots + 100 {
+            return;
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        let expired = expired_snapshots(&view.table.metadata, self.options.retention, now);
+        let refs = if self.options.retention.max_age.is_zero() {
+            Vec::new()
+        } else {
+            expired_refs(&view.table.metadata, now)
+        };
+        if (expired.is_empty() && refs.is_empty()) || (expired.len() < 100 && !stale) {
             return;
         }
         self.last_expiry = Some(Instant::now());
         let before = view.table.metadata.clone();
-        let (requirements, updates) = removal_request(&before, expired.clone());
+        let (requirements, updates) = removal_request(&before, expired.clone(), refs);
         match self
             .catalog
             .commit(&view.table.ident, requirements, updates)
@@ -901,11 +1026,22 @@ impl CommitStage {
                 let after = table.metadata.clone();
                 self.publish(table);
                 let file_io = view.file_io.clone();
+                let running = self.cleanup_running.clone();
+                running.store(true, Ordering::Release);
                 // Deleting unreachable files does not hold up the next commit.
                 tokio::spawn(async move {
-                    if let Err(e) = delete_unreachable(&before, &after, &file_io, &expired).await {
-                        tracing::warn!("expired snapshots removed, but file cleanup failed: {e}");
+                    match delete_unreachable(&before, &after, &file_io, &expired).await {
+                        Ok(c) => tracing::debug!(
+                            "expired {} snapshots: {} files deleted, {} manifest lists read",
+                            expired.len(),
+                            c.deleted,
+                            c.lists_read
+                        ),
+                        Err(e) => tracing::warn!(
+                            "expired snapshots removed, but file cleanup failed: {e}"
+                        ),
                     }
+                    running.store(false, Ordering::Release);
                 });
             }
             // Someone moved the head or the catalog is busy: the next round tries again.
@@ -942,9 +1078,13 @@ mod tests {
     fn options(linger_ms: u64, max_rows: usize, max_bytes: usize) -> CommitterOptions {
         CommitterOptions {
             max_retries: 0,
+            retry_timeout: Duration::ZERO,
             cleanup_on_failure: true,
             manifest_merge: true,
-            max_snapshot_age: Duration::ZERO,
+            retention: Retention {
+                max_age: Duration::ZERO,
+                max_snapshots: 500,
+            },
             linger: Duration::from_millis(linger_ms),
             max_group_rows: max_rows,
             max_group_bytes: max_bytes,

@@ -1,57 +1,142 @@
-//! Snapshot expiry: keeps table metadata bounded over long runs.
+//! Snapshot expiry: keeps table metadata bounded over long runs, within the table's own
+//! retention settings.
 //!
-//! Snapshots older than `commit.max_snapshot_age` are removed from the table, except
-//! every ref's head and the newest `history.expire.min-snapshots-to-keep` (default 1)
-//! ancestors of `main`. After the catalog accepted the removal, files no longer reachable
-//! from any kept snapshot are deleted: the expired manifest lists, manifests no kept
-//! list references and, when the table ever had a non-append snapshot, data files no
-//! kept manifest references. (In a table that only ever appended, every data file is
-//! live in the head, so the costly full scan is skipped.)
+//! **What is kept** (Iceberg's retention rules, as Java's `ExpireSnapshots` applies them):
+//! every ref's head; per branch, its ancestors younger than the branch's max snapshot age
+//! and at least its `min-snapshots-to-keep` newest ancestors; snapshots no ref reaches
+//! that are younger than the table's max snapshot age. A branch's settings come from the
+//! ref itself (`max-snapshot-age-ms`, `min-snapshots-to-keep`), else from the table
+//! properties `history.expire.max-snapshot-age-ms` / `history.expire.min-snapshots-to-keep`,
+//! else from floe's `commit.max_snapshot_age` and `commit.max_snapshots`: floe's settings
+//! only fill in what the table does not say. `commit.max_snapshots` (the newest N
+//! ancestors of a branch) applies only under floe's defaults, so a table configured for
+//! 7 days of time travel keeps 7 days.
+//!
+//! **What is deleted** after the catalog accepted the removal: expired manifest lists,
+//! manifests no kept snapshot references and, when the table ever had a non-append
+//! snapshot, data files no kept manifest references. A round reads only the lists of the
+//! snapshots it expires plus one list per ref (the oldest kept ancestor): along a branch
+//! a manifest is referenced by a contiguous run of snapshots (once merged away it never
+//! returns), so a manifest an expired ancestor shares with any kept one is also in the
+//! oldest kept ancestor's list.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use iceberg::io::FileIO;
-use iceberg::spec::{MAIN_BRANCH, ManifestFile, ManifestList, Operation, TableMetadata};
+use iceberg::spec::{
+    MAIN_BRANCH, ManifestFile, ManifestList, Operation, SnapshotReference, SnapshotRetention,
+    TableMetadata,
+};
 use iceberg::{TableRequirement, TableUpdate};
 
 use super::snapshot::table_refs;
 use crate::error::Result;
 
 pub const MIN_SNAPSHOTS_TO_KEEP: &str = "history.expire.min-snapshots-to-keep";
+pub const MAX_SNAPSHOT_AGE_MS: &str = "history.expire.max-snapshot-age-ms";
+pub const MAX_REF_AGE_MS: &str = "history.expire.max-ref-age-ms";
+
+/// floe's retention defaults, used where the table and its refs set nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// `commit.max_snapshot_age`; zero turns floe's expiry off.
+    pub max_age: Duration,
+    /// `commit.max_snapshots`: most ancestors a branch keeps under floe's defaults.
+    pub max_snapshots: usize,
+}
+
+fn property<T: std::str::FromStr>(metadata: &TableMetadata, key: &str) -> Option<T> {
+    metadata.properties().get(key).and_then(|v| v.parse().ok())
+}
 
 /// Snapshot ids that have expired at `now_ms`.
-pub fn expired_snapshots(metadata: &TableMetadata, max_age: Duration, now_ms: i64) -> Vec<i64> {
-    if max_age.is_zero() {
+pub fn expired_snapshots(metadata: &TableMetadata, retention: Retention, now_ms: i64) -> Vec<i64> {
+    if retention.max_age.is_zero() || metadata.snapshots().len() <= 1 {
         return Vec::new();
     }
-    let cutoff = now_ms.saturating_sub(max_age.as_millis() as i64);
-    let min_keep: usize = metadata
-        .properties()
-        .get(MIN_SNAPSHOTS_TO_KEEP)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-        .max(1);
-    if !metadata.snapshots().any(|s| s.timestamp_ms() < cutoff) {
+    let table_age: Option<i64> = property(metadata, MAX_SNAPSHOT_AGE_MS);
+    let table_min: Option<usize> = property(metadata, MIN_SNAPSHOTS_TO_KEEP);
+    let floe_age = retention.max_age.as_millis() as i64;
+    let oldest_allowed = now_ms.saturating_sub(table_age.unwrap_or(floe_age));
+    // Cheap exit for the common case: nothing old enough and no count cap to apply.
+    let cap_applies = table_age.is_none() && metadata.snapshots().len() > retention.max_snapshots;
+    let any_old = metadata
+        .snapshots()
+        .any(|s| s.timestamp_ms() < oldest_allowed);
+    if !any_old && !cap_applies {
         return Vec::new();
     }
     // Refs that cannot be read: expire nothing rather than a ref's head.
     let Some(refs) = table_refs(metadata) else {
         return Vec::new();
     };
-    let mut keep: HashSet<i64> = refs.values().map(|r| r.snapshot_id).collect();
-    let mut next = metadata.snapshot_for_ref(MAIN_BRANCH).cloned();
-    for _ in 0..min_keep {
-        let Some(s) = next else { break };
-        keep.insert(s.snapshot_id());
-        next = s
-            .parent_snapshot_id()
-            .and_then(|p| metadata.snapshot_by_id(p).cloned());
+    let mut keep: HashSet<i64> = HashSet::new();
+    let mut reached: HashSet<i64> = HashSet::new();
+    for reference in refs.values() {
+        keep.insert(reference.snapshot_id);
+        let SnapshotRetention::Branch {
+            min_snapshots_to_keep,
+            max_snapshot_age_ms,
+            ..
+        } = &reference.retention
+        else {
+            continue;
+        };
+        let age = max_snapshot_age_ms.or(table_age);
+        let min_keep = min_snapshots_to_keep
+            .map(|n| n as usize)
+            .or(table_min)
+            .unwrap_or(1)
+            .max(1);
+        // floe's count cap only where neither the ref nor the table set an age.
+        let max_keep = if age.is_none() {
+            retention.max_snapshots.max(min_keep)
+        } else {
+            usize::MAX
+        };
+        let cutoff = now_ms.saturating_sub(age.unwrap_or(floe_age));
+        let mut next = metadata.snapshot_by_id(reference.snapshot_id).cloned();
+        let mut depth = 0;
+        while let Some(s) = next {
+            reached.insert(s.snapshot_id());
+            if depth < min_keep || (depth < max_keep && s.timestamp_ms() >= cutoff) {
+                keep.insert(s.snapshot_id());
+            }
+            depth += 1;
+            next = s
+                .parent_snapshot_id()
+                .and_then(|p| metadata.snapshot_by_id(p).cloned());
+        }
     }
     metadata
         .snapshots()
-        .filter(|s| s.timestamp_ms() < cutoff && !keep.contains(&s.snapshot_id()))
+        .filter(|s| !keep.contains(&s.snapshot_id()))
+        // Unreferenced snapshots (no ref reaches them) go by the table's age alone.
+        .filter(|s| reached.contains(&s.snapshot_id()) || s.timestamp_ms() < oldest_allowed)
         .map(|s| s.snapshot_id())
+        .collect()
+}
+
+/// Refs whose `max-ref-age-ms` (or the table's `history.expire.max-ref-age-ms`) has
+/// passed: tags and branches other than main, removed as Java's expiry does.
+pub fn expired_refs(metadata: &TableMetadata, now_ms: i64) -> Vec<String> {
+    let table_max: Option<i64> = property(metadata, MAX_REF_AGE_MS);
+    let Some(refs) = table_refs(metadata) else {
+        return Vec::new();
+    };
+    refs.iter()
+        .filter(|(name, _)| name.as_str() != MAIN_BRANCH)
+        .filter(|(_, r): &(&String, &SnapshotReference)| {
+            let max = match &r.retention {
+                SnapshotRetention::Branch { max_ref_age_ms, .. } => *max_ref_age_ms,
+                SnapshotRetention::Tag { max_ref_age_ms, .. } => *max_ref_age_ms,
+            }
+            .or(table_max);
+            let head = metadata.snapshot_by_id(r.snapshot_id);
+            matches!((max, head), (Some(max), Some(s)) if s.timestamp_ms() < now_ms.saturating_sub(max))
+        })
+        .map(|(name, _)| name.clone())
         .collect()
 }
 
@@ -59,7 +144,15 @@ pub fn expired_snapshots(metadata: &TableMetadata, max_age: Duration, now_ms: i6
 pub fn removal_request(
     metadata: &TableMetadata,
     ids: Vec<i64>,
+    refs: Vec<String>,
 ) -> (Vec<TableRequirement>, Vec<TableUpdate>) {
+    let mut updates: Vec<TableUpdate> = refs
+        .into_iter()
+        .map(|ref_name| TableUpdate::RemoveSnapshotRef { ref_name })
+        .collect();
+    if !ids.is_empty() {
+        updates.push(TableUpdate::RemoveSnapshots { snapshot_ids: ids });
+    }
     (
         vec![
             TableRequirement::UuidMatch {
@@ -70,7 +163,7 @@ pub fn removal_request(
                 snapshot_id: metadata.current_snapshot_id(),
             },
         ],
-        vec![TableUpdate::RemoveSnapshots { snapshot_ids: ids }],
+        updates,
     )
 }
 
@@ -84,18 +177,63 @@ async fn manifests_of(
     Ok(list.consume_entries().into_iter().collect())
 }
 
+/// What a cleanup round did: files deleted, manifest lists read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Cleanup {
+    pub deleted: usize,
+    pub lists_read: usize,
+}
+
+/// The snapshots of `after` whose manifest lists hold every manifest an expired
+/// snapshot may share with a kept one: per ref, its oldest kept ancestor, plus kept
+/// snapshots no ref reaches (see the module docs).
+fn boundary_snapshots(after: &TableMetadata) -> Vec<i64> {
+    let mut boundary = Vec::new();
+    let mut reached: HashSet<i64> = HashSet::new();
+    let heads: Vec<i64> = table_refs(after)
+        .map(|r| r.values().map(|r| r.snapshot_id).collect())
+        .unwrap_or_else(|| after.snapshots().map(|s| s.snapshot_id()).collect());
+    for head in heads {
+        let mut next = after.snapshot_by_id(head).cloned();
+        let mut oldest = None;
+        while let Some(s) = next {
+            if !reached.insert(s.snapshot_id()) {
+                break;
+            }
+            oldest = Some(s.snapshot_id());
+            next = s
+                .parent_snapshot_id()
+                .and_then(|p| after.snapshot_by_id(p).cloned());
+        }
+        boundary.extend(oldest);
+    }
+    boundary.extend(
+        after
+            .snapshots()
+            .map(|s| s.snapshot_id())
+            .filter(|id| !reached.contains(id)),
+    );
+    boundary.sort();
+    boundary.dedup();
+    boundary
+}
+
 /// Deletes what the removal of `expired` (snapshots of `before`) left unreachable from
-/// the snapshots of `after`. Returns how many files were deleted.
+/// the snapshots of `after`.
 pub async fn delete_unreachable(
     before: &TableMetadata,
     after: &TableMetadata,
     file_io: &FileIO,
     expired: &[i64],
-) -> Result<usize> {
+) -> Result<Cleanup> {
+    let mut lists_read = 0;
     let mut kept_manifests: HashSet<String> = HashSet::new();
-    let mut kept_lists: Vec<String> = Vec::new();
-    for s in after.snapshots() {
-        kept_lists.push(s.manifest_list().to_string());
+    let kept_lists: HashSet<&str> = after.snapshots().map(|s| s.manifest_list()).collect();
+    for id in boundary_snapshots(after) {
+        let Some(s) = after.snapshot_by_id(id) else {
+            continue;
+        };
+        lists_read += 1;
         for m in manifests_of(after, file_io, s.manifest_list()).await? {
             kept_manifests.insert(m.manifest_path);
         }
@@ -107,9 +245,10 @@ pub async fn delete_unreachable(
         let Some(s) = before.snapshot_by_id(*id) else {
             continue;
         };
-        if !kept_lists.iter().any(|l| l == s.manifest_list()) {
+        if !kept_lists.contains(s.manifest_list()) {
             dead_lists.push(s.manifest_list().to_string());
         }
+        lists_read += 1;
         for m in manifests_of(before, file_io, s.manifest_list()).await? {
             if !kept_manifests.contains(&m.manifest_path) && seen.insert(m.manifest_path.clone()) {
                 dead_manifests.push(m);
@@ -157,25 +296,68 @@ pub async fn delete_unreachable(
             Err(e) => tracing::warn!("could not delete expired file {path}: {e}"),
         }
     }
-    Ok(deleted)
+    Ok(Cleanup {
+        deleted,
+        lists_read,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn floe(age_s: u64, max_snapshots: usize) -> Retention {
+        Retention {
+            max_age: Duration::from_secs(age_s),
+            max_snapshots,
+        }
+    }
+
+    /// `two_snapshots.json` (snapshots 1 ← 2, main at 2, timestamps 1,700,000,001,000
+    /// and …002,000) with extra table properties and main's retention.
+    fn table(properties: &str, main_retention: &str) -> TableMetadata {
+        let json = include_str!("testdata/two_snapshots.json")
+            .replace(
+                r#""properties": {}"#,
+                &format!(r#""properties": {properties}"#),
+            )
+            .replace(
+                r#""main": {"snapshot-id": 2, "type": "branch"}"#,
+                &format!(r#""main": {{"snapshot-id": 2, "type": "branch"{main_retention}}}"#),
+            );
+        serde_json::from_str(&json).unwrap()
+    }
+
     #[test]
     fn zero_age_expires_nothing() {
-        // Without a table at hand, the zero-age rule alone: a disabled expiry never looks.
-        let metadata_json = include_str!("testdata/two_snapshots.json");
-        let metadata: TableMetadata = serde_json::from_str(metadata_json).unwrap();
-        assert!(expired_snapshots(&metadata, Duration::ZERO, i64::MAX).is_empty());
+        let metadata = table("{}", "");
+        assert!(expired_snapshots(&metadata, floe(0, 500), i64::MAX).is_empty());
         // Far in the future, everything but main's head has expired.
-        let head = metadata.current_snapshot_id().unwrap();
-        let expired = expired_snapshots(&metadata, Duration::from_secs(1), i64::MAX);
-        assert!(!expired.contains(&head));
-        assert_eq!(expired.len(), metadata.snapshots().count() - 1);
+        let expired = expired_snapshots(&metadata, floe(1, 500), i64::MAX);
+        assert_eq!(expired, vec![1]);
         // Not yet old enough: nothing.
-        assert!(expired_snapshots(&metadata, Duration::from_secs(3600), 0).is_empty());
+        assert!(expired_snapshots(&metadata, floe(3600, 500), 0).is_empty());
+    }
+
+    #[test]
+    fn the_tables_retention_wins_over_floes_defaults() {
+        let now = 1_700_000_002_000 + 10_000; // 10 s after the head, 11 s after snapshot 1
+        // floe's 5 s would expire snapshot 1; the table keeps a day.
+        let week = table(r#"{"history.expire.max-snapshot-age-ms": "86400000"}"#, "");
+        assert!(expired_snapshots(&week, floe(5, 500), now).is_empty());
+        // The table keeps 2 snapshots whatever their age.
+        let two = table(r#"{"history.expire.min-snapshots-to-keep": "2"}"#, "");
+        assert!(expired_snapshots(&two, floe(5, 500), now).is_empty());
+        // main's own retention wins over the table's.
+        let m = table(
+            r#"{"history.expire.max-snapshot-age-ms": "1000"}"#,
+            r#", "max-snapshot-age-ms": 86400000"#,
+        );
+        assert!(expired_snapshots(&m, floe(5, 500), now).is_empty());
+        // Under floe's defaults alone, the count cap applies: 1 snapshot kept.
+        let plain = table("{}", "");
+        assert_eq!(expired_snapshots(&plain, floe(3600, 1), now), vec![1]);
+        // ... but not when the table sets an age: it keeps what the age says.
+        assert!(expired_snapshots(&week, floe(3600, 1), now).is_empty());
     }
 }

@@ -1,9 +1,25 @@
 //! Exactly-once bookkeeping: which source offsets a writer id has committed.
 //!
-//! Each snapshot floe commits with exactly-once enabled records, in its summary under
-//! `floe.offsets.<writer id>`, every committed offset per source as merged inclusive
-//! ranges. Commits under `max_in_flight` > 1 land out of order, leaving gaps that close
-//! as later commits fill them, so the record stays a handful of ranges per source.
+//! The record lives in a **table property**, `floe.offsets.<writer id>`, set in the same
+//! catalog commit as the snapshot (the commit requires main's head, so both land or
+//! neither). A property survives what snapshot summaries do not: another tool's commits
+//! (which copy no floe keys), snapshot expiry, and rewrites. It holds the committed
+//! offsets per source as merged inclusive ranges, plus the snapshot id and sequence
+//! number of the commit that wrote it, so a table rolled back behind that commit is
+//! detected and refused instead of silently written twice.
+//!
+//! **Bounded.** Commits under `max_in_flight` > 1 land out of order, leaving gaps that
+//! close as later commits fill them. Gaps that never close (messages filtered or
+//! dead-lettered upstream, compacted topics, sparse offsets) would grow the record
+//! forever, so each source keeps at most [`MAX_RANGES`] ranges: beyond that the lowest
+//! gaps are closed, and an offset inside a closed gap counts as committed. A message can
+//! therefore only be skipped if it is delivered after at least `MAX_RANGES - 1` newer
+//! gaps of its source were committed above it — far beyond what an input holds in flight
+//! (Kafka's `checkpoint_limit` is 1,024 messages per partition; a batch retried by the
+//! host comes back after a few commits, not thousands of gaps).
+//!
+//! Tables written by older floe versions kept the record in snapshot summaries; it is
+//! still read from there when the property is absent.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -11,8 +27,13 @@ use iceberg::spec::{Snapshot, TableMetadata};
 
 use crate::error::{Error, ErrorKind, Result};
 
-/// Summary key prefix; the writer id follows.
+/// Property (and legacy summary) key prefix; the writer id follows.
 pub const OFFSETS_PROPERTY_PREFIX: &str = "floe.offsets.";
+/// Summary key naming the exactly-once writer id of a floe snapshot: a table whose
+/// history shows this writer id but no record has lost it, and is refused.
+pub const WRITER_ID_SUMMARY: &str = "floe.writer-id";
+/// Most ranges kept per source (see the module docs).
+pub const MAX_RANGES: usize = 1_000;
 
 /// A set of offsets stored as disjoint, non-adjacent inclusive ranges `start → end`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -73,6 +94,17 @@ impl RangeSet {
     pub fn ranges(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
         self.0.iter().map(|(&s, &e)| (s, e))
     }
+
+    /// Closes the lowest gaps until at most `max` ranges remain.
+    pub fn bound(&mut self, max: usize) {
+        let max = max.max(1);
+        while self.0.len() > max {
+            let mut lowest = self.0.iter().take(2).map(|(&s, &e)| (s, e));
+            let ((s0, _), (s1, e1)) = (lowest.next().expect("> 1"), lowest.next().expect("> 1"));
+            self.0.remove(&s1);
+            self.0.insert(s0, e1);
+        }
+    }
 }
 
 /// Offsets per source (e.g. `topic/partition`).
@@ -112,6 +144,11 @@ impl SourceOffsets {
         self.0.values().all(RangeSet::is_empty)
     }
 
+    /// Applies [`RangeSet::bound`] to every source.
+    pub fn bound(&mut self, max: usize) {
+        self.0.values_mut().for_each(|r| r.bound(max));
+    }
+
     /// The summary value: `{"source": [[start, end], …], …}`, sources sorted.
     pub fn to_summary_value(&self) -> String {
         let sorted: BTreeMap<&String, Vec<[i64; 2]>> = self
@@ -145,10 +182,61 @@ pub fn summary_key(writer_id: &str) -> String {
     format!("{OFFSETS_PROPERTY_PREFIX}{writer_id}")
 }
 
-/// The offsets `writer_id` has committed on the main branch: the record of the newest
-/// ancestor of the head that carries one (snapshots by other tools may sit between).
+/// The table property holding `writer_id`'s record.
+pub fn property_key(writer_id: &str) -> String {
+    summary_key(writer_id)
+}
+
+/// The record as stored in the table property.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct StoredRecord {
+    /// The snapshot committed together with this record, and its sequence number.
+    #[serde(rename = "snapshot-id")]
+    snapshot_id: i64,
+    #[serde(rename = "sequence-number")]
+    sequence_number: i64,
+    offsets: serde_json::Value,
+}
+
+/// The property value recording `offsets` as committed by `snapshot_id`.
+pub fn record_value(offsets: &SourceOffsets, snapshot_id: i64, sequence_number: i64) -> String {
+    let record = StoredRecord {
+        snapshot_id,
+        sequence_number,
+        offsets: serde_json::from_str(&offsets.to_summary_value()).expect("valid JSON"),
+    };
+    serde_json::to_string(&record).expect("serializable")
+}
+
+/// The offsets `writer_id` has committed on the main branch.
+///
+/// Fails (rather than answer "nothing") when the table was rolled back behind the
+/// commit that wrote the record, or when floe snapshots of this writer id are in the
+/// table's history but no record is: re-writing everything would duplicate it.
 pub fn committed_offsets(metadata: &TableMetadata, writer_id: &str) -> Result<SourceOffsets> {
-    let key = summary_key(writer_id);
+    let key = property_key(writer_id);
+    if let Some(value) = metadata.properties().get(&key) {
+        let record: StoredRecord = serde_json::from_str(value).map_err(|e| {
+            Error::new(
+                ErrorKind::Rejected,
+                format!("table property {key} is not a floe offset record: {e}"),
+            )
+        })?;
+        if rolled_back(metadata, record.snapshot_id, record.sequence_number) {
+            return Err(Error::new(
+                ErrorKind::Rejected,
+                format!(
+                    "exactly-once: the table's main branch no longer contains snapshot {} that committed \
+                     the offsets recorded for writer id {writer_id:?} (rolled back?); refusing to guess \
+                     which messages are in the table. To write the sources again from scratch, remove \
+                     the table property {key}",
+                    record.snapshot_id
+                ),
+            ));
+        }
+        return SourceOffsets::from_summary_value(&record.offsets.to_string());
+    }
+    // Tables written before the record moved to a property.
     let mut next = metadata.current_snapshot().cloned();
     while let Some(snapshot) = next {
         if let Some(value) = snapshot.summary().additional_properties.get(&key) {
@@ -156,7 +244,48 @@ pub fn committed_offsets(metadata: &TableMetadata, writer_id: &str) -> Result<So
         }
         next = parent(metadata, &snapshot);
     }
+    let committed_before = metadata.snapshots().any(|s| {
+        s.summary()
+            .additional_properties
+            .get(WRITER_ID_SUMMARY)
+            .map(String::as_str)
+            == Some(writer_id)
+    });
+    if committed_before {
+        return Err(Error::new(
+            ErrorKind::Rejected,
+            format!(
+                "exactly-once: writer id {writer_id:?} has committed to this table, but its offset \
+                 record (table property {key}) is gone; refusing to write the sources again"
+            ),
+        ));
+    }
     Ok(SourceOffsets::default())
+}
+
+/// Whether main's history no longer contains `snapshot_id`: walking back from the head
+/// passes below its sequence number or reaches the first snapshot without meeting it.
+/// A parent that was expired ends the walk undecided, taken as "still there" (expiry
+/// keeps the head's ancestors newer than the record's snapshot, which were checked).
+fn rolled_back(metadata: &TableMetadata, snapshot_id: i64, sequence_number: i64) -> bool {
+    let Some(mut snapshot) = metadata.current_snapshot().cloned() else {
+        return true;
+    };
+    loop {
+        if snapshot.snapshot_id() == snapshot_id {
+            return false;
+        }
+        if snapshot.sequence_number() < sequence_number {
+            return true;
+        }
+        match snapshot.parent_snapshot_id() {
+            None => return true,
+            Some(id) => match metadata.snapshot_by_id(id) {
+                Some(p) => snapshot = p.clone(),
+                None => return false,
+            },
+        }
+    }
 }
 
 fn parent(metadata: &TableMetadata, snapshot: &Snapshot) -> Option<iceberg::spec::SnapshotRef> {
@@ -212,6 +341,95 @@ mod tests {
         assert!(!r.intersects(&RangeSet::default()));
         let extreme = set(&[(i64::MAX - 1, i64::MAX)]);
         assert!(extreme.contains(i64::MAX));
+    }
+
+    #[test]
+    fn sparse_offsets_stay_bounded_and_recent_gaps_stay_open() {
+        // Offsets 0, 2, 4, … 20,000: every odd offset is a gap that never closes.
+        let mut r = RangeSet::default();
+        for i in (0..=20_000).step_by(2) {
+            r.insert(i);
+        }
+        assert_eq!(r.ranges().count(), 10_001);
+        r.bound(MAX_RANGES);
+        assert_eq!(r.ranges().count(), MAX_RANGES);
+        // The newest MAX_RANGES - 1 gaps are still open: their messages would be written.
+        let open_gaps: Vec<i64> = (1..20_000).step_by(2).filter(|&g| !r.contains(g)).collect();
+        assert_eq!(open_gaps.len(), MAX_RANGES - 1);
+        assert_eq!(open_gaps[0], 20_000 - 2 * (MAX_RANGES as i64 - 1) + 1);
+        // Everything committed is still committed.
+        assert!((0..=20_000).step_by(2).all(|i| r.contains(i)));
+        assert!(!r.contains(20_001));
+    }
+
+    fn table(properties: &str, main: i64, extra_snapshot: &str) -> TableMetadata {
+        let json = include_str!("testdata/two_snapshots.json")
+            .replace(
+                r#""properties": {}"#,
+                &format!(r#""properties": {properties}"#),
+            )
+            .replace(
+                r#""main": {"snapshot-id": 2, "type": "branch"}"#,
+                &format!(r#""main": {{"snapshot-id": {main}, "type": "branch"}}"#),
+            )
+            .replace(
+                r#""current-snapshot-id": 2"#,
+                &format!(r#""current-snapshot-id": {main}"#),
+            )
+            .replace(
+                r#""last-sequence-number": 2"#,
+                r#""last-sequence-number": 3"#,
+            )
+            .replace(
+                r#""schema-id": 0}
+  ],"#,
+                &format!(
+                    r#""schema-id": 0}}{extra_snapshot}
+  ],"#
+                ),
+            );
+        serde_json::from_str(&json).unwrap()
+    }
+
+    fn property(snapshot: i64, seq: i64) -> String {
+        let mut o = SourceOffsets::default();
+        o.insert("s", 7);
+        serde_json::to_string(
+            &serde_json::json!({"floe.offsets.w": record_value(&o, snapshot, seq)}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_record_survives_other_tools_and_expiry_and_rollbacks_are_refused() {
+        // The record's snapshot (1) is an ancestor of main (2, another tool's commit).
+        let m = table(&property(1, 1), 2, "");
+        assert!(committed_offsets(&m, "w").unwrap().contains("s", 7));
+        // Snapshot 1 expired (another tool's expire_snapshots): the record still holds.
+        let json = serde_json::to_string(&table(&property(1, 1), 2, "")).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        v["snapshots"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|s| s["snapshot-id"] != 1);
+        let expired: TableMetadata = serde_json::from_value(v).unwrap();
+        assert!(expired.snapshot_by_id(1).is_none());
+        assert!(committed_offsets(&expired, "w").unwrap().contains("s", 7));
+        // Main rolled back to 1, behind the record written with snapshot 2.
+        let m = table(&property(2, 2), 1, "");
+        let e = committed_offsets(&m, "w").unwrap_err();
+        assert!(e.to_string().contains("rolled back"), "{e}");
+        // Rolled back, then another tool committed on top (snapshot 3, parent 1).
+        let other = r#",
+    {"snapshot-id": 3, "parent-snapshot-id": 1, "sequence-number": 3, "timestamp-ms": 1700000003000, "manifest-list": "file:///tmp/t/metadata/snap-3.avro", "summary": {"operation": "append"}, "schema-id": 0}"#;
+        let m = table(&property(2, 2), 3, other);
+        assert!(committed_offsets(&m, "w").is_err());
+        // No record, but this writer id committed before: refused, not "nothing".
+        let mine = r#",
+    {"snapshot-id": 3, "parent-snapshot-id": 2, "sequence-number": 3, "timestamp-ms": 1700000003000, "manifest-list": "file:///tmp/t/metadata/snap-3.avro", "summary": {"operation": "append", "floe.writer-id": "w"}, "schema-id": 0}"#;
+        let m = table("{}", 3, mine);
+        assert!(committed_offsets(&m, "w").is_err());
+        assert!(committed_offsets(&m, "someone-else").unwrap().is_empty());
     }
 
     #[test]

@@ -24,7 +24,9 @@ use iceberg::{TableRequirement, TableUpdate};
 use uuid::Uuid;
 
 use super::merge::{MergePolicy, merge_manifests};
-use super::offsets::{OFFSETS_PROPERTY_PREFIX, SourceOffsets, committed_offsets, summary_key};
+use super::offsets::{
+    MAX_RANGES, SourceOffsets, WRITER_ID_SUMMARY, committed_offsets, property_key, record_value,
+};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Summary key holding the id of the floe commit that produced a snapshot.
@@ -44,6 +46,27 @@ pub struct PreparedCommit {
     pub staged: Vec<String>,
     /// The new snapshot's manifest list, to reuse once it is the head.
     pub manifest_list: ManifestListCache,
+    /// What a retry after a definite refusal (a conflict) may reuse.
+    pub rebase: Rebase,
+}
+
+/// Which attempt of a commit this is, and what it may reuse of the previous one.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt<'a> {
+    pub number: u32,
+    pub rebase: Option<&'a Rebase>,
+}
+
+/// The part of a refused attempt a retry reuses: the snapshot id and the manifest of
+/// the new data files, which do not depend on the head. Only the manifest list (and the
+/// summary) is rebuilt on the new head, so a conflict costs one small upload.
+///
+/// Only after a definite refusal: an attempt of unknown outcome may still land under
+/// that snapshot id, so the next attempt needs a fresh one.
+#[derive(Debug, Clone)]
+pub struct Rebase {
+    pub snapshot_id: i64,
+    pub data_manifest: ManifestFile,
 }
 
 /// The manifests of a manifest list this writer wrote, so the next commit on top of it
@@ -58,6 +81,9 @@ pub struct ManifestListCache {
 /// conflict.
 pub struct SnapshotChanges {
     pub commit_id: Uuid,
+    /// The table the files were written for: a table dropped and recreated under the
+    /// same name between attempts must not receive them.
+    pub table_uuid: Uuid,
     pub data_files: Vec<DataFile>,
     /// Schema and partition spec the files were written with; the commit requires the
     /// table to still have them.
@@ -172,23 +198,8 @@ fn append_summary(metadata: &TableMetadata, files: &SnapshotChanges) -> Result<S
         props.insert(total.to_string(), (before + add).to_string());
     }
     props.insert(COMMIT_ID_PROPERTY.to_string(), files.commit_id.to_string());
-    // Every writer id's offset record rides along (the newest in main's history), so the
-    // head holds them all even after another tool's snapshot and before old ones expire.
-    props.extend(latest_offset_records(metadata));
-    if let Some((writer_id, offsets)) = &files.offsets {
-        let mut record = committed_offsets(metadata, writer_id)?;
-        if record.intersects(offsets) {
-            return Err(Error::new(
-                ErrorKind::Conflict,
-                format!(
-                    "offsets of this commit were already committed under writer id {writer_id:?} \
-                     (another process uses the same writer id and source); the batch will be \
-                     re-checked and only what is missing written"
-                ),
-            ));
-        }
-        record.union_with(offsets);
-        props.insert(summary_key(writer_id), record.to_summary_value());
+    if let Some((writer_id, _)) = &files.offsets {
+        props.insert(WRITER_ID_SUMMARY.to_string(), writer_id.clone());
     }
     Ok(Summary {
         operation: Operation::Append,
@@ -196,21 +207,37 @@ fn append_summary(metadata: &TableMetadata, files: &SnapshotChanges) -> Result<S
     })
 }
 
-/// The newest `floe.offsets.*` record of each writer id along main's history.
-fn latest_offset_records(metadata: &TableMetadata) -> HashMap<String, String> {
-    let mut records = HashMap::new();
-    let mut next = metadata.current_snapshot().cloned();
-    while let Some(snapshot) = next {
-        for (k, v) in &snapshot.summary().additional_properties {
-            if k.starts_with(OFFSETS_PROPERTY_PREFIX) && !records.contains_key(k) {
-                records.insert(k.clone(), v.clone());
-            }
-        }
-        next = snapshot
-            .parent_snapshot_id()
-            .and_then(|id| metadata.snapshot_by_id(id).cloned());
+/// Exactly-once: the writer's record after this commit (the head's record plus this
+/// commit's offsets, bounded), as a table property update. Refused when the offsets are
+/// already recorded: another process with the same writer id committed them first.
+fn offsets_update(
+    metadata: &TableMetadata,
+    files: &SnapshotChanges,
+    snapshot_id: i64,
+    sequence_number: i64,
+) -> Result<Option<TableUpdate>> {
+    let Some((writer_id, offsets)) = &files.offsets else {
+        return Ok(None);
+    };
+    let mut record = committed_offsets(metadata, writer_id)?;
+    if record.intersects(offsets) {
+        return Err(Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "offsets of this commit were already committed under writer id {writer_id:?} \
+                 (another process uses the same writer id and source); the batch will be \
+                 re-checked and only what is missing written"
+            ),
+        ));
     }
-    records
+    record.union_with(offsets);
+    record.bound(MAX_RANGES);
+    Ok(Some(TableUpdate::SetProperties {
+        updates: HashMap::from([(
+            property_key(writer_id),
+            record_value(&record, snapshot_id, sequence_number),
+        )]),
+    }))
 }
 
 /// The table's refs (branches and tags) by name. iceberg-rust keeps the ref map private,
@@ -238,7 +265,22 @@ pub async fn prepare_snapshot(
     files: &SnapshotChanges,
     merge: &MergePolicy,
     cached: Option<&ManifestListCache>,
+    attempt: Attempt<'_>,
 ) -> Result<PreparedCommit> {
+    let Attempt {
+        number: attempt,
+        rebase,
+    } = attempt;
+    if metadata.uuid() != files.table_uuid {
+        return Err(Error::new(
+            ErrorKind::NotFound,
+            format!(
+                "the table was dropped and recreated (uuid {} → {}) after the batch was written; it will be written again",
+                files.table_uuid,
+                metadata.uuid()
+            ),
+        ));
+    }
     if metadata.current_schema_id() != files.schema_id
         || metadata.default_partition_spec_id() != files.spec_id
     {
@@ -247,21 +289,38 @@ pub async fn prepare_snapshot(
             "the table's schema or partition spec changed while the batch was written; it will be rewritten",
         ));
     }
-    let snapshot_id = new_snapshot_id(metadata);
+    let reused = rebase.filter(|r| metadata.snapshot_by_id(r.snapshot_id).is_none());
+    let snapshot_id = reused.map_or_else(|| new_snapshot_id(metadata), |r| r.snapshot_id);
     let parent = metadata.current_snapshot_id();
     let sequence_number = metadata.next_sequence_number();
     let summary = append_summary(metadata, files)?;
-    let new_manifest = write_data_manifest(
-        metadata,
-        stage_io,
-        snapshot_id,
-        files.commit_id,
-        &files.data_files,
-    )
-    .await?;
-    let new_manifest_path = new_manifest.manifest_path.clone();
-    let mut written = vec![new_manifest_path.clone()];
+    let offsets = offsets_update(metadata, files, snapshot_id, sequence_number)?;
+    let mut written = Vec::new();
+    let mut staged = Vec::new();
+    let new_manifest = match reused {
+        Some(r) => r.data_manifest.clone(),
+        None => {
+            let m = write_data_manifest(
+                metadata,
+                stage_io,
+                snapshot_id,
+                files.commit_id,
+                &files.data_files,
+            )
+            .await?;
+            written.push(m.manifest_path.clone());
+            staged.push(m.manifest_path.clone());
+            m
+        }
+    };
     let carried = current_manifests(metadata, file_io, cached).await?;
+    // A rebase only carries the new head's manifests: merging again would rewrite them
+    // on every conflict; the next commit merges.
+    let merge = if reused.is_some() {
+        &MergePolicy::DISABLED
+    } else {
+        merge
+    };
     let merged = merge_manifests(
         metadata,
         file_io,
@@ -272,11 +331,12 @@ pub async fn prepare_snapshot(
     )
     .await?;
     written.extend(merged.written);
-    let mut manifests = vec![new_manifest];
+    let mut manifests = vec![new_manifest.clone()];
     manifests.extend(merged.manifests);
 
+    // The attempt is part of the name: a rebased attempt reuses the snapshot id.
     let list_path = format!(
-        "{}/metadata/snap-{snapshot_id}-0-{}.avro",
+        "{}/metadata/snap-{snapshot_id}-{attempt}-{}.avro",
         metadata.location(),
         files.commit_id
     );
@@ -318,7 +378,7 @@ pub async fn prepare_snapshot(
     let next_row_id = list.next_row_id();
     list.close().await?;
     written.push(list_path.clone());
-    let staged = vec![new_manifest_path, list_path.clone()];
+    staged.push(list_path.clone());
 
     let builder = Snapshot::builder()
         .with_manifest_list(list_path)
@@ -338,7 +398,7 @@ pub async fn prepare_snapshot(
         snapshot_id,
         requirements: vec![
             TableRequirement::UuidMatch {
-                uuid: metadata.uuid(),
+                uuid: files.table_uuid,
             },
             TableRequirement::RefSnapshotIdMatch {
                 r#ref: MAIN_BRANCH.to_string(),
@@ -351,16 +411,23 @@ pub async fn prepare_snapshot(
                 default_spec_id: files.spec_id,
             },
         ],
-        updates: vec![
+        updates: [
             TableUpdate::AddSnapshot { snapshot },
             TableUpdate::SetSnapshotRef {
                 ref_name: MAIN_BRANCH.to_string(),
                 reference: SnapshotReference::new(snapshot_id, main_retention(metadata)),
             },
-        ],
+        ]
+        .into_iter()
+        .chain(offsets)
+        .collect(),
         written,
         staged,
         manifest_list,
+        rebase: Rebase {
+            snapshot_id,
+            data_manifest: new_manifest,
+        },
     })
 }
 
@@ -383,7 +450,7 @@ mod tests {
     }
 
     #[test]
-    fn offset_records_are_carried_from_history_past_other_tools_snapshots() {
+    fn legacy_summary_records_are_read_past_other_tools_snapshots() {
         // Snapshot 1 (floe) holds writer a's record; the head (another tool) holds none.
         let json = include_str!("testdata/two_snapshots.json").replacen(
             r#""summary": {"operation": "append"}"#,
@@ -391,11 +458,6 @@ mod tests {
             1,
         );
         let m = metadata(&json);
-        let records = latest_offset_records(&m);
-        assert_eq!(
-            records.get("floe.offsets.a").map(String::as_str),
-            Some(r#"{"s":[[0,9]]}"#)
-        );
         let committed = super::super::offsets::committed_offsets(&m, "a").unwrap();
         assert!(committed.contains("s", 9) && !committed.contains("s", 10));
     }

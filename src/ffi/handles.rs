@@ -70,6 +70,10 @@ pub struct FloeCancelToken {
 }
 
 impl FloeCancelToken {
+    fn is_fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
     async fn cancelled(&self) {
         loop {
             let notified = self.notify.notified();
@@ -264,10 +268,17 @@ fn optional_names<'a>(
 
 /// Writes and commits a batch, blocking until every table it touches has committed.
 ///
-/// On `FLOE_STATUS_OK`, `*result_out` receives the per-message outcome: some messages may
-/// still have failed (see `floe_batch_result_failure`); all others are committed. Any
-/// other status means nothing is known to be committed and the whole batch should be
-/// retried. `cancel` may be NULL.
+/// On `FLOE_STATUS_OK`, `*result_out` receives the per-message outcome (see
+/// `floe_batch_result_failure`). A message failed with `FLOE_STATUS_DATA` failed through
+/// its own fault (conversion, a table that does not exist, a missing exactly-once
+/// position): replaying it fails again, so it may be dead-lettered. A message failed
+/// with any other status (its table's commit failed: storage, catalog, auth, conflicts
+/// beyond `commit.retry_timeout`, unknown outcome; or its position was being committed
+/// by another call) should be retried, not dead-lettered; the other messages are
+/// committed, so retry only the failed ones. Any status other than `FLOE_STATUS_OK`
+/// means no table committed anything: retry the whole batch. A token fired before the
+/// call starts cancels it before any row is submitted; one fired during the call leaves
+/// its outcome unknown. `cancel` may be NULL.
 ///
 /// # Safety
 /// `writer` must be a live writer; `batch` must describe readable memory as documented
@@ -323,12 +334,23 @@ pub unsafe extern "C" fn floe_writer_write(
         // SAFETY: NULL or a live token.
         let cancel = unsafe { cancel.as_ref() };
         let rt = runtime(None)?;
+        // A token fired before the call starts cancels it before any row is submitted
+        // (the host retries a cancelled batch: submitted rows would be written twice).
+        // Once started, a write that has finished wins over a token fired meanwhile, so
+        // a committed batch is never reported as cancelled.
+        if cancel.is_some_and(FloeCancelToken::is_fired) {
+            return Err(fail(Error::new(
+                ErrorKind::Cancelled,
+                "write cancelled before it started; nothing was written",
+            )));
+        }
         let outcome = rt.block_on(async {
             let write = writer.inner.write_batch(&messages);
             match cancel {
-                None => Ok(write.await),
+                None => write.await,
                 Some(token) => tokio::select! {
-                    out = write => Ok(out),
+                    biased;
+                    out = write => out,
                     () = token.cancelled() => Err(Error::new(ErrorKind::Cancelled, "write cancelled; its outcome is unknown")),
                 },
             }

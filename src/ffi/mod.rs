@@ -10,15 +10,17 @@
 //! - Calls block the calling thread on a process-wide Tokio runtime.
 
 mod handles;
+mod log;
 
 pub use handles::*;
+pub use log::*;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::error::{Error, ErrorKind};
 
 /// Bumped whenever a signature or struct layout in `floe.h` changes incompatibly.
-pub const FLOE_ABI_VERSION: u32 = 3;
+pub const FLOE_ABI_VERSION: u32 = 4;
 
 /// Result of every fallible call. Numbers are stable; new ones are only appended.
 #[repr(u32)]

@@ -4,6 +4,8 @@
 
 use std::process::Command;
 
+use tokio::io::AsyncReadExt;
+
 use serde_json::Value;
 
 /// Runs `tests/support/read_table.py` and returns its JSON answer.
@@ -145,4 +147,51 @@ impl Services {
         serde_json::json!({"key": self.access_key, "secret": self.secret_key,
                            "endpoint": self.s3_endpoint, "region": self.region})
     }
+}
+
+/// Reads one HTTP/1.1 request (head and `Content-Length` body) for the test proxies, and
+/// returns its first line and its bytes with `Connection: close` added, so the upstream
+/// answer ends at EOF.
+pub async fn read_request(
+    client: &mut tokio::net::TcpStream,
+) -> std::io::Result<(String, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())
+                .flatten()
+        })
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    // Ask upstream to close after answering so its response ends at EOF.
+    let head = head.replacen("\r\n", "\r\nConnection: close\r\n", 1);
+    let mut request = head.into_bytes();
+    request.extend_from_slice(&buf[head_end..]);
+    let first_line = String::from_utf8_lossy(&request)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    Ok((first_line, request))
 }
