@@ -206,13 +206,8 @@ impl Writer {
                     }
                 }
                 Err(e) => {
-                    let named_by_message = messages[idx[0]].table.is_some();
                     let e = match e.kind() {
-                        // A table named by the message that does not exist: the message's
-                        // own fault, like a field that does not convert.
-                        ErrorKind::NotFound if named_by_message => {
-                            Error::new(ErrorKind::Data, e.to_string())
-                        }
+                        ErrorKind::Data => e,
                         _ => e.context(format!("table {ident}")),
                     };
                     if e.kind() != ErrorKind::Data && call_error.is_none() {
@@ -273,7 +268,17 @@ impl Writer {
         messages: &[Message<'_>],
         idx: &[usize],
     ) -> Result<GroupResult> {
-        let handle = self.table_handle(ident, messages, idx).await?;
+        let handle = self
+            .table_handle(ident, messages, idx)
+            .await
+            .map_err(|e| match e.kind() {
+                // A table named by the message that does not exist (and may not be
+                // created): the message's own fault, like a field that does not convert.
+                ErrorKind::NotFound if messages[idx[0]].table.is_some() => {
+                    Error::new(ErrorKind::Data, e.to_string())
+                }
+                _ => e,
+            })?;
         let claim = handle.committer.new_claim();
         let plan = self.plan_exactly_once(&handle, claim, messages, idx);
         let result = self
@@ -392,8 +397,11 @@ impl Writer {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shredder.shred(payloads)));
         let Ok(shredded) = shredded else {
             handle.committer.release(claim);
-            return Err(Error::internal(
-                "the shredder panicked; its state was discarded",
+            // Replaying these messages panics again: they go to the dead letters (if
+            // any) instead of being retried for ever.
+            return Err(Error::new(
+                ErrorKind::Data,
+                "the shredder panicked on this batch (please report it); its state was discarded",
             ));
         };
         self.return_shredder(handle, schema_id, shredder);

@@ -333,6 +333,37 @@ fn redirected_commits_are_not_taken_as_committed() {
     );
 }
 
+/// A writer on `committer.<table>` behind a fault proxy that injects `faults`.
+fn writer_behind(
+    rt: &tokio::runtime::Runtime,
+    faults: Vec<Fault>,
+    table: &str,
+) -> (FaultProxy, Writer) {
+    let proxy = rt.block_on(FaultProxy::start(services().rest_url.clone(), faults));
+    let cfg = rest_config(
+        json!({"catalog": {"url": proxy.url}, "namespace": "committer",
+        "table": table, "schema_evolution": {"enabled": true, "schema": schema()}}),
+    );
+    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    (proxy, writer)
+}
+
+/// Writes `texts` as one call that must fail as a whole, and returns its error.
+fn expect_failed_call(
+    rt: &tokio::runtime::Runtime,
+    writer: &Writer,
+    texts: &[String],
+) -> floe::Error {
+    let msgs: Vec<Message> = texts
+        .iter()
+        .map(|t| Message::insert(t.as_bytes()))
+        .collect();
+    match rt.block_on(writer.write_batch(&msgs)) {
+        Err(e) => e,
+        Ok(out) => panic!("the call should have failed as a whole, yet returned {out:?}"),
+    }
+}
+
 /// Regression (attack on the commit path): a "definite" refusal sent after the catalog
 /// applied the commit (a proxy re-sending the POST), then a failed reload, deleted the
 /// files of the snapshot main pointed at. Until a reload shows the commit absent, its
@@ -340,24 +371,13 @@ fn redirected_commits_are_not_taken_as_committed() {
 #[test]
 fn a_refusal_that_cannot_be_checked_keeps_the_files() {
     let rt = runtime();
-    let proxy = rt.block_on(FaultProxy::start(
-        services().rest_url.clone(),
+    let (proxy, writer) = writer_behind(
+        &rt,
         vec![Fault::ApplyThen429AndFailReload],
-    ));
-    let cfg = rest_config(
-        json!({"catalog": {"url": proxy.url}, "namespace": "committer",
-        "table": "refused_applied", "schema_evolution": {"enabled": true, "schema": schema()}}),
+        "refused_applied",
     );
-    let writer = rt.block_on(Writer::open(cfg)).unwrap();
     let texts = rows(0, 10);
-    let msgs: Vec<Message> = texts
-        .iter()
-        .map(|t| Message::insert(t.as_bytes()))
-        .collect();
-    let error = match rt.block_on(writer.write_batch(&msgs)) {
-        Err(e) => e,
-        Ok(out) => panic!("the answer was lost, yet the call returned {out:?}"),
-    };
+    let error = expect_failed_call(&rt, &writer, &texts);
     assert_eq!(error.kind(), floe::ErrorKind::CommitStateUnknown, "{error}");
     assert_eq!(proxy.injected.load(Ordering::SeqCst), 1);
     // The commit landed: its rows are readable, so its files are all still there.
@@ -372,25 +392,14 @@ fn files_of_a_refused_commit_are_deleted() {
     let rt = runtime();
     // Refused twice: the first refusal may come from a stale view, so floe reloads and
     // tries once more; the second is final.
-    let proxy = rt.block_on(FaultProxy::start(
-        services().rest_url.clone(),
-        vec![Fault::Reject, Fault::Reject],
-    ));
-    let cfg = rest_config(
-        json!({"catalog": {"url": proxy.url}, "namespace": "committer",
-        "table": "cleanup", "schema_evolution": {"enabled": true, "schema": schema()}}),
-    );
-    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    let (proxy, writer) = writer_behind(&rt, vec![Fault::Reject, Fault::Reject], "cleanup");
     let texts = rows(0, 10);
     let msgs: Vec<Message> = texts
         .iter()
         .map(|t| Message::insert(t.as_bytes()))
         .collect();
     // A refused commit is not the messages' fault: the call fails as a whole.
-    let error = match rt.block_on(writer.write_batch(&msgs)) {
-        Err(e) => e,
-        Ok(out) => panic!("the commit was refused, yet the call returned {out:?}"),
-    };
+    let error = expect_failed_call(&rt, &writer, &texts);
     assert!(
         error.to_string().contains("refused by the test proxy"),
         "{error}"

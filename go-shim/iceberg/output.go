@@ -261,11 +261,16 @@ func (o *outage) succeeded(log *service.Logger) {
 func (o *outage) backoff() time.Duration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.failures == 0 {
+	return backoffAfter(o.failures)
+}
+
+// backoffAfter is the wait after n consecutive failures: 0, then 250 ms doubling up to
+// 10 s.
+func backoffAfter(n int) time.Duration {
+	if n <= 0 {
 		return 0
 	}
-	d := 250 * time.Millisecond << min(o.failures-1, 6)
-	return min(d, 10*time.Second)
+	return min(250*time.Millisecond<<min(n-1, 6), 10*time.Second)
 }
 
 func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, error) {
@@ -463,7 +468,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 // back to the host would write it twice. It returns once only messages at fault
 // (StatusData) remain failed, or the host stops (ctx), which nacks the whole batch.
 func (o *output) retryNotAtFault(ctx context.Context, w *floe.Writer, full floe.Batch, failures []error) ([]error, error) {
-	for {
+	for attempt := 0; ; attempt++ {
 		var retry []int
 		for i, f := range failures {
 			if f != nil && !atFault(f) {
@@ -475,12 +480,11 @@ func (o *output) retryNotAtFault(ctx context.Context, w *floe.Writer, full floe.
 		}
 		o.commitFailures.Incr(1)
 		o.outage.failed(failures[retry[0]], o.log)
-		if d := o.outage.backoff(); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-				return nil, fmt.Errorf("iceberg output stopped while retrying %d messages: %w", len(retry), ctx.Err())
-			}
+		// This call's own backoff: other calls succeeding meanwhile do not reset it.
+		select {
+		case <-time.After(backoffAfter(attempt + 1)):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("iceberg output stopped while retrying %d messages: %w", len(retry), ctx.Err())
 		}
 		res, err := w.Write(ctx, subset(full, retry))
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floe-dev/floe/go-shim/floe"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	"github.com/redpanda-data/benthos/v4/public/service"
 )
@@ -300,5 +301,52 @@ commit:
 `, nil)
 	if _, err := toRustConfig(bad); err == nil || !strings.Contains(err.Error(), "writer_id") {
 		t.Fatalf("want an empty writer_id refused, got %v", err)
+	}
+}
+
+// Only a message's own fault (StatusData) may reach a fallback output; every other
+// failure is retried, for exactly the messages that failed.
+func TestOnlyDataFailuresAreTheMessagesFault(t *testing.T) {
+	if !atFault(&floe.Error{Status: floe.StatusData}) {
+		t.Fatal("a conversion failure is the message's fault")
+	}
+	for _, st := range []floe.Status{floe.StatusUnavailable, floe.StatusConflict, floe.StatusCommitStateUnknown, floe.StatusRejected, floe.StatusNotFound, floe.StatusInternal} {
+		if atFault(&floe.Error{Status: st}) {
+			t.Fatalf("status %d must be retried, not dead-lettered", st)
+		}
+		if !retryWhole(&floe.Error{Status: st}) {
+			t.Fatalf("a whole-call status %d must be retried by the host", st)
+		}
+	}
+	if retryWhole(&floe.Error{Status: floe.StatusCancelled}) || retryWhole(errors.New("not from libfloe")) {
+		t.Fatal("cancellation and foreign errors are not retried as outages")
+	}
+	b := floe.Batch{
+		Messages: [][]byte{[]byte("a"), []byte("b"), []byte("c")},
+		Tables:   []string{"t0", "t1", "t2"},
+		Sources:  []string{"s", "s", "s"},
+		Offsets:  []int64{10, 11, 12},
+	}
+	sub := subset(b, []int{0, 2})
+	if string(sub.Messages[1]) != "c" || sub.Tables[1] != "t2" || sub.Offsets[1] != 12 || sub.Namespaces != nil {
+		t.Fatalf("subset: %+v", sub)
+	}
+}
+
+func TestCountOnlyBatchPolicyGetsAPeriod(t *testing.T) {
+	log := service.MockResources().Logger()
+	p := guardBatchPolicy(service.BatchPolicy{Count: 500}, log)
+	if p.Period != partialBatchFlush {
+		t.Fatalf("period %q", p.Period)
+	}
+	p = guardBatchPolicy(service.BatchPolicy{Count: 500, Period: "5s"}, log)
+	if p.Period != "5s" {
+		t.Fatalf("a chosen period is kept, got %q", p.Period)
+	}
+	if d := backoffAfter(1); d != 250*time.Millisecond {
+		t.Fatalf("first backoff %v", d)
+	}
+	if d := backoffAfter(50); d != 10*time.Second {
+		t.Fatalf("backoff is capped: %v", d)
 	}
 }

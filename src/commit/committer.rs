@@ -124,6 +124,15 @@ impl Ledger {
         self.in_flight.values().find_map(|c| c.get(&key).copied())
     }
 
+    /// Every offset claimed by a call in flight.
+    pub fn claimed_offsets(&self) -> SourceOffsets {
+        let mut all = SourceOffsets::default();
+        for (source, offset) in self.in_flight.values().flat_map(|c| c.keys()) {
+            all.insert(source, *offset);
+        }
+        all
+    }
+
     pub fn claim(&mut self, claim: u64, claimed: Claimed) {
         self.in_flight.insert(claim, claimed);
     }
@@ -597,6 +606,22 @@ fn accepted(table: LoadedTable, snapshot_id: i64) -> Result<LoadedTable> {
     }
 }
 
+/// Marks an expiry round's cleanup as running until dropped (also when it panics).
+struct RoundRunning(Arc<std::sync::atomic::AtomicBool>);
+
+impl RoundRunning {
+    fn start(flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        flag.store(true, Ordering::Release);
+        RoundRunning(flag)
+    }
+}
+
+impl Drop for RoundRunning {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// How a commit attempt sequence ended.
 struct Outcome {
     result: Result<i64>,
@@ -739,6 +764,10 @@ impl CommitStage {
                 .clone()
                 .filter(|_| !offsets.is_empty())
                 .map(|w| (w, offsets.clone())),
+            in_flight: match self.options.writer_id {
+                Some(_) => self.ledger.locked().claimed_offsets(),
+                None => SourceOffsets::default(),
+            },
         };
         let outcome = self.commit_with_retries(&changes, staged).await;
         match outcome.result {
@@ -843,8 +872,9 @@ impl CommitStage {
                 };
                 let found = find_commit(&fresh.metadata, changes.commit_id);
                 self.publish(fresh);
+                // Found: the attempt that landed may be one answered as refused (a proxy
+                // that replayed the POST got the refusal), so nothing is deleted.
                 if let Some(snapshot_id) = found {
-                    self.delete_unreferenced(refused).await;
                     return done(Ok(snapshot_id), true, written);
                 }
                 let give_up = match previous.kind() {
@@ -1026,8 +1056,7 @@ impl CommitStage {
                 let after = table.metadata.clone();
                 self.publish(table);
                 let file_io = view.file_io.clone();
-                let running = self.cleanup_running.clone();
-                running.store(true, Ordering::Release);
+                let running = RoundRunning::start(self.cleanup_running.clone());
                 // Deleting unreachable files does not hold up the next commit.
                 tokio::spawn(async move {
                     match delete_unreachable(&before, &after, &file_io, &expired).await {
@@ -1041,7 +1070,7 @@ impl CommitStage {
                             "expired snapshots removed, but file cleanup failed: {e}"
                         ),
                     }
-                    running.store(false, Ordering::Release);
+                    drop(running);
                 });
             }
             // Someone moved the head or the catalog is busy: the next round tries again.

@@ -14,11 +14,10 @@
 //!
 //! **What is deleted** after the catalog accepted the removal: expired manifest lists,
 //! manifests no kept snapshot references and, when the table ever had a non-append
-//! snapshot, data files no kept manifest references. A round reads only the lists of the
-//! snapshots it expires plus one list per ref (the oldest kept ancestor): along a branch
-//! a manifest is referenced by a contiguous run of snapshots (once merged away it never
-//! returns), so a manifest an expired ancestor shares with any kept one is also in the
-//! oldest kept ancestor's list.
+//! snapshot, data files no kept manifest references. On a table that is one chain of
+//! snapshots (a streaming table), a round reads only the lists of the snapshots it
+//! expires and of their kept neighbours (see [`lists_to_read`]); otherwise every kept
+//! list.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -184,38 +183,50 @@ pub struct Cleanup {
     pub lists_read: usize,
 }
 
-/// The snapshots of `after` whose manifest lists hold every manifest an expired
-/// snapshot may share with a kept one: per ref, its oldest kept ancestor, plus kept
-/// snapshots no ref reaches (see the module docs).
-fn boundary_snapshots(after: &TableMetadata) -> Vec<i64> {
-    let mut boundary = Vec::new();
-    let mut reached: HashSet<i64> = HashSet::new();
-    let heads: Vec<i64> = table_refs(after)
-        .map(|r| r.values().map(|r| r.snapshot_id).collect())
-        .unwrap_or_else(|| after.snapshots().map(|s| s.snapshot_id()).collect());
-    for head in heads {
-        let mut next = after.snapshot_by_id(head).cloned();
-        let mut oldest = None;
-        while let Some(s) = next {
-            if !reached.insert(s.snapshot_id()) {
-                break;
-            }
-            oldest = Some(s.snapshot_id());
-            next = s
-                .parent_snapshot_id()
-                .and_then(|p| after.snapshot_by_id(p).cloned());
-        }
-        boundary.extend(oldest);
+/// Whether every snapshot of the table is an ancestor of main's head: one chain, the
+/// usual shape of a streaming table.
+fn single_chain(metadata: &TableMetadata) -> bool {
+    let mut reached = 0;
+    let mut next = metadata.snapshot_for_ref(MAIN_BRANCH).cloned();
+    while let Some(s) = next {
+        reached += 1;
+        next = s
+            .parent_snapshot_id()
+            .and_then(|p| metadata.snapshot_by_id(p).cloned());
     }
-    boundary.extend(
-        after
-            .snapshots()
-            .map(|s| s.snapshot_id())
-            .filter(|id| !reached.contains(id)),
-    );
-    boundary.sort();
-    boundary.dedup();
-    boundary
+    reached == metadata.snapshots().len()
+}
+
+/// The kept snapshots whose manifest lists hold every manifest an expired snapshot may
+/// share with a kept one.
+///
+/// A manifest is written by one snapshot and carried forward by its descendants until it
+/// is merged away, never to return; so the snapshots referencing it form a connected part
+/// of the snapshot tree. If an expired and a kept snapshot share it, so does every
+/// snapshot on the path between them, including a kept one next to an expired one. On a
+/// single chain those are the kept parents and children of expired snapshots: a read per
+/// expired snapshot at most. With branches, rolled-back or staged snapshots, the path may
+/// run through snapshots removed in earlier rounds, so every kept list is read.
+fn lists_to_read(before: &TableMetadata, after: &TableMetadata, expired: &[i64]) -> Vec<i64> {
+    if !single_chain(before) {
+        return after.snapshots().map(|s| s.snapshot_id()).collect();
+    }
+    let expired_set: HashSet<i64> = expired.iter().copied().collect();
+    let mut ids: Vec<i64> = after
+        .snapshots()
+        .filter(|s| {
+            s.parent_snapshot_id()
+                .is_some_and(|p| expired_set.contains(&p))
+        })
+        .map(|s| s.snapshot_id())
+        .collect();
+    ids.extend(expired.iter().filter_map(|e| {
+        let parent = before.snapshot_by_id(*e)?.parent_snapshot_id()?;
+        after.snapshot_by_id(parent).map(|p| p.snapshot_id())
+    }));
+    ids.sort();
+    ids.dedup();
+    ids
 }
 
 /// Deletes what the removal of `expired` (snapshots of `before`) left unreachable from
@@ -229,7 +240,7 @@ pub async fn delete_unreachable(
     let mut lists_read = 0;
     let mut kept_manifests: HashSet<String> = HashSet::new();
     let kept_lists: HashSet<&str> = after.snapshots().map(|s| s.manifest_list()).collect();
-    for id in boundary_snapshots(after) {
+    for id in lists_to_read(before, after, expired) {
         let Some(s) = after.snapshot_by_id(id) else {
             continue;
         };
@@ -313,19 +324,34 @@ mod tests {
         }
     }
 
-    /// `two_snapshots.json` (snapshots 1 ← 2, main at 2, timestamps 1,700,000,001,000
-    /// and …002,000) with extra table properties and main's retention.
     fn table(properties: &str, main_retention: &str) -> TableMetadata {
-        let json = include_str!("testdata/two_snapshots.json")
-            .replace(
-                r#""properties": {}"#,
-                &format!(r#""properties": {properties}"#),
-            )
-            .replace(
-                r#""main": {"snapshot-id": 2, "type": "branch"}"#,
-                &format!(r#""main": {{"snapshot-id": 2, "type": "branch"{main_retention}}}"#),
-            );
-        serde_json::from_str(&json).unwrap()
+        crate::commit::fixture::table(properties, 2, main_retention, "")
+    }
+
+    #[test]
+    fn cleanup_reads_kept_neighbours_on_a_chain_and_everything_off_it() {
+        // Chain 1 ← 2 (main): expiring 1 reads 2's list only.
+        let before = table("{}", "");
+        let mut v = serde_json::to_value(&before).unwrap();
+        v["snapshots"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|s| s["snapshot-id"] != 1);
+        let after: TableMetadata = serde_json::from_value(v).unwrap();
+        assert!(single_chain(&before));
+        assert_eq!(lists_to_read(&before, &after, &[1]), vec![2]);
+        // A staged snapshot 3 hanging off 1 (never published): expiring it must keep
+        // what 1 and 2 share with it, so every kept list is read.
+        let branched = crate::commit::fixture::table(
+            "{}",
+            2,
+            "",
+            &crate::commit::fixture::third_snapshot(1, ""),
+        );
+        assert!(!single_chain(&branched));
+        let mut lists = lists_to_read(&branched, &before, &[3]);
+        lists.sort();
+        assert_eq!(lists, vec![1, 2]);
     }
 
     #[test]

@@ -160,21 +160,28 @@ async fn rewrite(
             if entry.status() == ManifestStatus::Deleted {
                 continue;
             }
-            let (Some(snapshot), Some(sequence)) = (entry.snapshot_id(), entry.sequence_number())
-            else {
+            // iceberg-rust applies the spec's inheritance when loading (snapshot id from
+            // the manifest; sequence numbers for ADDED entries and for manifests written
+            // before v2, whose sequence number is 0).
+            let snapshot = entry.snapshot_id().unwrap_or(source.added_snapshot_id);
+            let Some(sequence) = entry.sequence_number() else {
                 return Err(Error::new(
                     ErrorKind::Internal,
                     format!(
-                        "manifest {} has an entry without snapshot id or sequence number",
+                        "manifest {} has an EXISTING entry without a data sequence number",
                         source.manifest_path
                     ),
                 ));
             };
+            // Writers older than the file sequence number leave it out of EXISTING
+            // entries, and Iceberg's writer requires one: the data sequence number is the
+            // closest known value (equal unless the file was rewritten by a compaction).
+            let file_sequence = entry.file_sequence_number.or(Some(sequence));
             writer.add_existing_file(
                 entry.data_file().clone(),
                 snapshot,
                 sequence,
-                entry.file_sequence_number,
+                file_sequence,
             )?;
         }
     }

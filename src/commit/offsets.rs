@@ -12,11 +12,12 @@
 //! close as later commits fill them. Gaps that never close (messages filtered or
 //! dead-lettered upstream, compacted topics, sparse offsets) would grow the record
 //! forever, so each source keeps at most [`MAX_RANGES`] ranges: beyond that the lowest
-//! gaps are closed, and an offset inside a closed gap counts as committed. A message can
-//! therefore only be skipped if it is delivered after at least `MAX_RANGES - 1` newer
-//! gaps of its source were committed above it — far beyond what an input holds in flight
-//! (Kafka's `checkpoint_limit` is 1,024 messages per partition; a batch retried by the
-//! host comes back after a few commits, not thousands of gaps).
+//! gaps are closed, and an offset inside a closed gap counts as committed. Gaps holding an
+//! offset claimed by a call in flight in this process are never closed. A message can
+//! therefore only be skipped if it is not in flight here while at least `MAX_RANGES - 1`
+//! newer gaps of its source are committed above it: a batch that failed and waits for
+//! the host's retry, or one in flight in another process with the same writer id, on a
+//! source whose offsets are sparse enough to leave a gap per message.
 //!
 //! Tables written by older floe versions kept the record in snapshot summaries; it is
 //! still read from there when the property is absent.
@@ -95,15 +96,31 @@ impl RangeSet {
         self.0.iter().map(|(&s, &e)| (s, e))
     }
 
-    /// Closes the lowest gaps until at most `max` ranges remain.
-    pub fn bound(&mut self, max: usize) {
+    /// Closes the lowest gaps until at most `max` ranges remain, except gaps holding an
+    /// offset of `open` (messages still in flight in this process).
+    pub fn bound(&mut self, max: usize, open: Option<&RangeSet>) {
         let max = max.max(1);
-        while self.0.len() > max {
-            let mut lowest = self.0.iter().take(2).map(|(&s, &e)| (s, e));
-            let ((s0, _), (s1, e1)) = (lowest.next().expect("> 1"), lowest.next().expect("> 1"));
-            self.0.remove(&s1);
-            self.0.insert(s0, e1);
+        if self.0.len() <= max {
+            return;
         }
+        let mut excess = self.0.len() - max;
+        let ranges: Vec<(i64, i64)> = self.ranges().collect();
+        let mut merged: Vec<(i64, i64)> = Vec::with_capacity(max);
+        for (start, end) in ranges {
+            match merged.last_mut() {
+                Some(last)
+                    if excess > 0
+                        && !open.is_some_and(|o| {
+                            o.intersects(&RangeSet(BTreeMap::from([(last.1 + 1, start - 1)])))
+                        }) =>
+                {
+                    last.1 = end;
+                    excess -= 1;
+                }
+                _ => merged.push((start, end)),
+            }
+        }
+        self.0 = merged.into_iter().collect();
     }
 }
 
@@ -144,9 +161,12 @@ impl SourceOffsets {
         self.0.values().all(RangeSet::is_empty)
     }
 
-    /// Applies [`RangeSet::bound`] to every source.
-    pub fn bound(&mut self, max: usize) {
-        self.0.values_mut().for_each(|r| r.bound(max));
+    /// Applies [`RangeSet::bound`] to every source, keeping gaps that hold an offset of
+    /// `open` (claimed by calls in flight).
+    pub fn bound(&mut self, max: usize, open: &SourceOffsets) {
+        for (source, ranges) in &mut self.0 {
+            ranges.bound(max, open.0.get(source));
+        }
     }
 
     /// The summary value: `{"source": [[start, end], …], …}`, sources sorted.
@@ -228,13 +248,29 @@ pub fn committed_offsets(metadata: &TableMetadata, writer_id: &str) -> Result<So
                 format!(
                     "exactly-once: the table's main branch no longer contains snapshot {} that committed \
                      the offsets recorded for writer id {writer_id:?} (rolled back?); refusing to guess \
-                     which messages are in the table. To write the sources again from scratch, remove \
-                     the table property {key}",
+                     which messages are in the table. To write the sources again from scratch, use a \
+                     new exactly_once.writer_id",
                     record.snapshot_id
                 ),
             ));
         }
-        return SourceOffsets::from_summary_value(&record.offsets.to_string());
+        let mut offsets = SourceOffsets::from_summary_value(&record.offsets.to_string())?;
+        // A floe older than the property (same writer id, e.g. mid rolling upgrade) may
+        // have committed on top since: its records are in the snapshot summaries.
+        let mut next = metadata.current_snapshot().cloned();
+        while let Some(snapshot) = next {
+            if snapshot.snapshot_id() == record.snapshot_id
+                || snapshot.sequence_number() < record.sequence_number
+            {
+                break;
+            }
+            if let Some(value) = snapshot.summary().additional_properties.get(&key) {
+                offsets.union_with(&SourceOffsets::from_summary_value(value)?);
+                break;
+            }
+            next = parent(metadata, &snapshot);
+        }
+        return Ok(offsets);
     }
     // Tables written before the record moved to a property.
     let mut next = metadata.current_snapshot().cloned();
@@ -256,7 +292,8 @@ pub fn committed_offsets(metadata: &TableMetadata, writer_id: &str) -> Result<So
             ErrorKind::Rejected,
             format!(
                 "exactly-once: writer id {writer_id:?} has committed to this table, but its offset \
-                 record (table property {key}) is gone; refusing to write the sources again"
+                 record (table property {key}) is gone; refusing to write the sources again. \
+                 To write them again from scratch, use a new exactly_once.writer_id"
             ),
         ));
     }
@@ -351,7 +388,8 @@ mod tests {
             r.insert(i);
         }
         assert_eq!(r.ranges().count(), 10_001);
-        r.bound(MAX_RANGES);
+        let mut protected = r.clone();
+        r.bound(MAX_RANGES, None);
         assert_eq!(r.ranges().count(), MAX_RANGES);
         // The newest MAX_RANGES - 1 gaps are still open: their messages would be written.
         let open_gaps: Vec<i64> = (1..20_000).step_by(2).filter(|&g| !r.contains(g)).collect();
@@ -360,35 +398,20 @@ mod tests {
         // Everything committed is still committed.
         assert!((0..=20_000).step_by(2).all(|i| r.contains(i)));
         assert!(!r.contains(20_001));
+        // A gap holding a message still in flight stays open, however old.
+        let mut in_flight = RangeSet::default();
+        in_flight.insert(1);
+        protected.bound(MAX_RANGES, Some(&in_flight));
+        assert!(
+            !protected.contains(1),
+            "offset 1 is in flight: its gap stays open"
+        );
+        assert!(protected.contains(3));
+        assert_eq!(protected.ranges().count(), MAX_RANGES);
     }
 
     fn table(properties: &str, main: i64, extra_snapshot: &str) -> TableMetadata {
-        let json = include_str!("testdata/two_snapshots.json")
-            .replace(
-                r#""properties": {}"#,
-                &format!(r#""properties": {properties}"#),
-            )
-            .replace(
-                r#""main": {"snapshot-id": 2, "type": "branch"}"#,
-                &format!(r#""main": {{"snapshot-id": {main}, "type": "branch"}}"#),
-            )
-            .replace(
-                r#""current-snapshot-id": 2"#,
-                &format!(r#""current-snapshot-id": {main}"#),
-            )
-            .replace(
-                r#""last-sequence-number": 2"#,
-                r#""last-sequence-number": 3"#,
-            )
-            .replace(
-                r#""schema-id": 0}
-  ],"#,
-                &format!(
-                    r#""schema-id": 0}}{extra_snapshot}
-  ],"#
-                ),
-            );
-        serde_json::from_str(&json).unwrap()
+        crate::commit::fixture::table(properties, main, "", extra_snapshot)
     }
 
     fn property(snapshot: i64, seq: i64) -> String {
@@ -420,16 +443,26 @@ mod tests {
         let e = committed_offsets(&m, "w").unwrap_err();
         assert!(e.to_string().contains("rolled back"), "{e}");
         // Rolled back, then another tool committed on top (snapshot 3, parent 1).
-        let other = r#",
-    {"snapshot-id": 3, "parent-snapshot-id": 1, "sequence-number": 3, "timestamp-ms": 1700000003000, "manifest-list": "file:///tmp/t/metadata/snap-3.avro", "summary": {"operation": "append"}, "schema-id": 0}"#;
-        let m = table(&property(2, 2), 3, other);
+        let other = crate::commit::fixture::third_snapshot(1, "");
+        let m = table(&property(2, 2), 3, &other);
         assert!(committed_offsets(&m, "w").is_err());
         // No record, but this writer id committed before: refused, not "nothing".
-        let mine = r#",
-    {"snapshot-id": 3, "parent-snapshot-id": 2, "sequence-number": 3, "timestamp-ms": 1700000003000, "manifest-list": "file:///tmp/t/metadata/snap-3.avro", "summary": {"operation": "append", "floe.writer-id": "w"}, "schema-id": 0}"#;
-        let m = table("{}", 3, mine);
+        let mine = crate::commit::fixture::third_snapshot(2, r#", "floe.writer-id": "w""#);
+        let m = table("{}", 3, &mine);
         assert!(committed_offsets(&m, "w").is_err());
         assert!(committed_offsets(&m, "someone-else").unwrap().is_empty());
+    }
+
+    #[test]
+    fn records_of_an_older_floe_committed_after_the_property_are_added() {
+        // Property written with snapshot 2; an older floe (same writer id) committed 3 on
+        // top with its record in the summary.
+        let older =
+            crate::commit::fixture::third_snapshot(2, r#", "floe.offsets.w": "{\"s\":[[8,8]]}""#);
+        let m = table(&property(2, 2), 3, &older);
+        let committed = committed_offsets(&m, "w").unwrap();
+        assert!(committed.contains("s", 7) && committed.contains("s", 8));
+        assert!(!committed.contains("s", 9));
     }
 
     #[test]

@@ -94,6 +94,9 @@ pub struct SnapshotChanges {
     /// Exactly-once: the writer id and the offsets this snapshot commits. They must not
     /// be committed already; the record written is the head's record plus these.
     pub offsets: Option<(String, SourceOffsets)>,
+    /// Exactly-once: offsets claimed by calls in flight, whose gaps the bounded record
+    /// must keep open.
+    pub in_flight: SourceOffsets,
 }
 
 fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
@@ -231,7 +234,7 @@ fn offsets_update(
         ));
     }
     record.union_with(offsets);
-    record.bound(MAX_RANGES);
+    record.bound(MAX_RANGES, &files.in_flight);
     Ok(Some(TableUpdate::SetProperties {
         updates: HashMap::from([(
             property_key(writer_id),

@@ -63,8 +63,36 @@ def s3_list(args):
     return sorted(i.path for i in infos if i.type == fs.FileType.File)
 
 
+def make_v1_table(args):
+    """Writes a table the way an older tool would: created as format v1 by pyiceberg,
+    appended to twice with manifest merging (EXISTING entries), then upgraded to v2."""
+    import pyarrow as pa
+    from pyiceberg.catalog import load_catalog
+    cat = load_catalog("rest", type="rest", uri=args["uri"], **args.get("props", {}))
+    ns, name = args["table"].rsplit(".", 1)
+    cat.create_namespace_if_not_exists(ns)
+    if cat.table_exists(args["table"]):
+        cat.drop_table(args["table"])
+    schema = pa.schema([pa.field("id", pa.int64())])
+    t = cat.create_table(args["table"], schema=schema, properties={
+        "format-version": "1", "commit.manifest-merge.enabled": "true",
+        "commit.manifest.min-count-to-merge": "2"})
+    for start in (0, 10, 20):
+        t.append(pa.table({"id": list(range(start, start + 10))}, schema=schema))
+    with t.transaction() as tx:
+        tx.upgrade_table_version(2)
+    t = cat.load_table(args["table"])
+    # A v2 append that merges the v1 manifests: EXISTING entries rewritten by pyiceberg.
+    t.append(pa.table({"id": list(range(30, 40))}, schema=schema))
+    t = cat.load_table(args["table"])
+    return {"format_version": t.format_version, "count": len(t.scan().to_arrow())}
+
+
 def main():
     reader, args = sys.argv[1], json.loads(sys.argv[2])
+    if reader == "make-v1-table":
+        print(json.dumps(make_v1_table(args)))
+        return
     if reader == "s3-list":
         keys = s3_list(args)
         print(json.dumps({"rows": keys, "count": len(keys)}))
