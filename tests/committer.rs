@@ -670,3 +670,52 @@ fn metadata_stays_bounded_over_many_small_commits() {
         .unwrap();
     assert_eq!(count as usize, commits);
 }
+
+/// Regression (reliability issue, item 2): offset records were found by walking parent
+/// links, so another tool's commit followed by its snapshot expiry erased them and a
+/// replay wrote everything again (reproduced: 10,000 rows → 20,001). The record is a
+/// table property now.
+#[test]
+fn exactly_once_survives_another_tools_commit_and_expiry() {
+    let rt = runtime();
+    let cfg = || {
+        rest_config(json!({"namespace": "committer", "table": "eo_foreign",
+            "commit": {"exactly_once": {"writer_id": "replayer"}},
+            "schema_evolution": {"enabled": true, "schema": schema()}}))
+    };
+    let texts = rows(0, 1000);
+    let write_all = |writer: &Writer| -> usize {
+        texts
+            .chunks(100)
+            .enumerate()
+            .map(|(b, chunk)| {
+                let out = rt
+                    .block_on(writer.write_batch(&positioned(chunk, "events/0", b as i64 * 100)))
+                    .expect("write call");
+                assert!(
+                    out.failures.iter().all(Option::is_none),
+                    "{:?}",
+                    out.failures
+                );
+                out.rows_committed
+            })
+            .sum()
+    };
+    let writer = rt.block_on(Writer::open(cfg())).unwrap();
+    assert_eq!(write_all(&writer), 1000);
+    drop(writer);
+    let mut args = services().pyiceberg_args("committer.eo_foreign");
+    args["rows"] = json!([{"id": 100_000, "kind": "pyiceberg"}]);
+    let after = read_back("foreign-append-and-expire", args);
+    assert_eq!(
+        after["snapshots"],
+        json!(1),
+        "only pyiceberg's snapshot is left"
+    );
+    // A restarted pipeline replays its whole input: nothing is written again.
+    let writer = rt.block_on(Writer::open(cfg())).unwrap();
+    assert_eq!(write_all(&writer), 0, "the replay wrote rows again");
+    let mut want: Vec<i64> = (0..1000).collect();
+    want.push(100_000);
+    assert_eq!(ids_read_back("committer.eo_foreign"), want);
+}

@@ -88,8 +88,39 @@ def make_v1_table(args):
     return {"format_version": t.format_version, "count": len(t.scan().to_arrow())}
 
 
+def foreign_append_and_expire(args):
+    """Another tool's commit (pyiceberg's append, which copies no floe summary keys), then
+    every snapshot but the head expired by pyiceberg: floe's history is gone."""
+    import time
+    import pyarrow as pa
+    from pyiceberg.catalog import load_catalog
+    cat = load_catalog("rest", type="rest", uri=args["uri"], **args.get("props", {}))
+    t = cat.load_table(args["table"])
+    t.append(pa.Table.from_pylist(args["rows"], schema=t.schema().as_arrow()))
+    t = cat.load_table(args["table"])
+    time.sleep(0.01)
+    t.maintenance.expire_snapshots().older_than(
+        __import__("datetime").datetime.now(__import__("datetime").timezone.utc)).commit()
+    t = cat.load_table(args["table"])
+    return {"snapshots": len(t.metadata.snapshots)}
+
+
+def drop_sql_table(args):
+    """Drops a table of an embedded (SQL) catalog, as another tool would."""
+    from pyiceberg.catalog import load_catalog
+    cat = load_catalog("floe", type="sql", uri=args["uri"], warehouse=args["warehouse"])
+    cat.drop_table(args["table"])
+    return {"dropped": args["table"]}
+
+
 def main():
     reader, args = sys.argv[1], json.loads(sys.argv[2])
+    if reader == "drop-sql-table":
+        print(json.dumps(drop_sql_table(args)))
+        return
+    if reader == "foreign-append-and-expire":
+        print(json.dumps(foreign_append_and_expire(args)))
+        return
     if reader == "make-v1-table":
         print(json.dumps(make_v1_table(args)))
         return
