@@ -472,7 +472,10 @@ fn an_expiry_round_reads_what_it_expires_and_keeps_the_table_whole() {
         assert!(out.failures[0].is_none());
     }
     let ident = floe::catalog::table_ident("demo.events", "aging").unwrap();
-    let before = rt.block_on(writer.catalog().load_table(&ident)).unwrap().unwrap();
+    let before = rt
+        .block_on(writer.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
     let now = chrono::Utc::now().timestamp_millis() + 1_000;
     let retention = Retention {
         max_age: std::time::Duration::from_secs(3600),
@@ -486,10 +489,18 @@ fn an_expiry_round_reads_what_it_expires_and_keeps_the_table_whole() {
         .unwrap();
     let file_io = floe::storage::build_file_io(Default::default());
     let cleanup = rt
-        .block_on(delete_unreachable(&before.metadata, &after.metadata, &file_io, &expired))
+        .block_on(delete_unreachable(
+            &before.metadata,
+            &after.metadata,
+            &file_io,
+            &expired,
+        ))
         .unwrap();
     println!("expired 30 of 40 snapshots: {cleanup:?}");
-    assert_eq!(cleanup.lists_read, 31, "the expired lists and one kept neighbour");
+    assert_eq!(
+        cleanup.lists_read, 31,
+        "the expired lists and one kept neighbour"
+    );
     assert_eq!(cleanup.deleted, 30, "exactly the expired manifest lists");
     let duck = read_back(
         "duckdb-file",
