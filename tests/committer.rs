@@ -719,3 +719,55 @@ fn exactly_once_survives_another_tools_commit_and_expiry() {
     want.push(100_000);
     assert_eq!(ids_read_back("committer.eo_foreign"), want);
 }
+
+/// Regression (reliability issue, item 8): the manifest lists of attempts the catalog
+/// refused stayed in storage for good once a later attempt committed. They are deleted;
+/// the data files and their manifest, reused by the rebased attempt, stay.
+#[test]
+fn files_of_refused_attempts_are_deleted_once_a_later_one_lands() {
+    let rt = runtime();
+    let (proxy, writer) = writer_behind(&rt, vec![Fault::Throttle, Fault::Throttle], "rebased");
+    let texts = rows(0, 10);
+    let msgs: Vec<Message> = texts
+        .iter()
+        .map(|t| Message::insert(t.as_bytes()))
+        .collect();
+    let out = rt.block_on(writer.write_batch(&msgs)).expect("write call");
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    assert_eq!(proxy.injected.load(Ordering::SeqCst), 2);
+    let table = rt
+        .block_on(
+            writer
+                .catalog()
+                .load_table(&table_ident("committer", "rebased").unwrap()),
+        )
+        .unwrap()
+        .unwrap();
+    let listed = read_back(
+        "s3-list",
+        json!({"prefix": format!("{}/metadata", table.metadata.location()), "s3": services().duckdb_s3()}),
+    );
+    let keys: Vec<String> = serde_json::from_value(listed["rows"].clone()).unwrap();
+    let avro: Vec<String> = keys.into_iter().filter(|k| k.ends_with(".avro")).collect();
+    let lists: Vec<&String> = avro.iter().filter(|k| k.contains("/snap-")).collect();
+    let head_list = table.metadata.current_snapshot().unwrap().manifest_list();
+    assert_eq!(
+        lists.len(),
+        1,
+        "only the committed manifest list is left: {avro:?}"
+    );
+    assert!(head_list.ends_with(lists[0].rsplit('/').next().unwrap()));
+    assert_eq!(
+        avro.len(),
+        2,
+        "the committed list and the data manifest: {avro:?}"
+    );
+    assert_eq!(
+        ids_read_back("committer.rebased"),
+        (0..10).collect::<Vec<_>>()
+    );
+}

@@ -509,3 +509,43 @@ fn an_expiry_round_reads_what_it_expires_and_keeps_the_table_whole() {
     );
     assert_eq!(duck["rows"][0], json!({"n": 40, "d": 40}));
 }
+
+/// Regression (reliability issue, item 11): embedded catalog calls ran SQLite (with its
+/// 30 s busy timeout) on the runtime's worker threads, stalling every other task. While
+/// another process holds the catalog's write lock, a commit waits without holding up
+/// the rest of the runtime: here a runtime with one worker still runs another task.
+#[test]
+fn a_locked_embedded_catalog_does_not_stall_the_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cfg = config(
+        dir.path(),
+        json!({"table": "locked", "schema_evolution": {"schema": {"type": "struct",
+            "schema-id": 0, "fields": [{"id": 1, "name": "id", "required": false, "type": "long"}]}}}),
+    );
+    let writer = std::sync::Arc::new(rt.block_on(Writer::open(cfg)).unwrap());
+    let first = rt
+        .block_on(writer.write_batch(&[Message::insert(br#"{"id": 1}"#)]))
+        .expect("write call");
+    assert!(first.failures[0].is_none());
+    // Another process takes the write lock and keeps it.
+    let other = rusqlite::Connection::open(dir.path().join("wh/catalog.db")).unwrap();
+    other.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let w = writer.clone();
+    let blocked = rt.spawn(async move { w.write_batch(&[Message::insert(br#"{"id": 2}"#)]).await });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // With the commit waiting on SQLite, the runtime still runs a new task.
+    let (tx, rx) = std::sync::mpsc::channel();
+    rt.spawn(async move {
+        let _ = tx.send(());
+    });
+    let ran = rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok();
+    other.execute_batch("COMMIT").unwrap();
+    assert!(ran, "the runtime stalled while SQLite waited for the lock");
+    let out = rt.block_on(blocked).unwrap().expect("write call");
+    assert!(out.failures[0].is_none(), "{:?}", out.failures);
+}
