@@ -13,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOE = os.path.join(ROOT, "go-shim", "cmd", "floe", "floe")
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
 from read_table import duckdb_connect  # noqa: E402
+from conftest import keep_output  # noqa: E402
 
 
 def iceberg_output(services, table, extra=""):
@@ -92,6 +93,7 @@ def test_exactly_once_survives_sigkill_at_random_points(tmp_path, services):
         time.sleep(rng.uniform(0.3, 3.0))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
+        keep_output(tmp_path, f"trial{trial}", "", proc.stderr.read())
         proc.stderr.close()
         stats = table_stats(services, "replay")
         progress.append(stats)
@@ -101,6 +103,7 @@ def test_exactly_once_survives_sigkill_at_random_points(tmp_path, services):
     # A last run to the end of the file.
     res = subprocess.run([FLOE, "run", str(cfg)], cwd=tmp_path, capture_output=True, text=True,
                          timeout=600)
+    keep_output(tmp_path, "last", res.stdout, res.stderr)
     assert res.returncode == 0, res.stderr[-3000:]
     n, distinct, snapshots = table_stats(services, "replay")
     print(f"rows after each SIGKILL: {[p[0] if p else None for p in progress]}; "
@@ -131,8 +134,9 @@ def test_four_processes_append_to_one_table(tmp_path, services):
             """) + textwrap.indent(iceberg_output(services, "scale_out"), "  "))
         procs.append(subprocess.Popen([FLOE, "run", str(cfg)], cwd=tmp_path,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for p in procs:
+    for k, p in enumerate(procs):
         out, err = p.communicate(timeout=600)
+        keep_output(tmp_path, f"p{k}", out, err)
         assert p.returncode == 0, err[-3000:]
     n, distinct, snapshots = table_stats(services, "scale_out")
     print(f"4 processes: {n} rows in {snapshots} snapshots")
