@@ -343,31 +343,17 @@ impl Writer {
                         .push((pos, repeated_position(i, idx[first], source, offset)));
                 }
             } else if let Some(other_hash) = ledger.in_flight(source, offset) {
-                if other_hash == hash {
-                    plan.refused.push((
-                        pos,
-                        Error::new(
-                            ErrorKind::Unavailable,
-                            format!(
-                                "message {i}: offset {offset} of source {source:?} is being committed by another call; retry"
-                            ),
-                        ),
-                    ));
-                } else {
-                    plan.conflicting.push((
-                        pos,
-                        Error::new(
-                            ErrorKind::Data,
-                            format!(
-                                "message {i}: source {source:?} offset {offset} is being committed by another call with a different payload: \
-                                 exactly_once.source must identify the message's partition (e.g. topic and partition)"
-                            ),
-                        ),
-                    ));
+                let e = in_flight_position(i, source, offset, other_hash == hash);
+                match e.kind() {
+                    ErrorKind::Data => plan.conflicting.push((pos, e)),
+                    _ => plan.refused.push((pos, e)),
                 }
             } else {
                 first_of.insert((source, offset), (pos, hash));
-                claimed.insert((source.to_string(), offset), hash);
+                claimed
+                    .entry(source.to_string())
+                    .or_default()
+                    .insert(offset, hash);
                 plan.write.push(pos);
             }
         }
@@ -587,6 +573,28 @@ fn payload_hash(payload: &[u8]) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     payload.hash(&mut h);
     h.finish()
+}
+
+/// Message `i`'s position is being committed by another call: a replay (the same
+/// payload) is retried once that commit settles; another payload means the source names
+/// no partition, the message's own fault.
+fn in_flight_position(i: usize, source: &str, offset: i64, same_payload: bool) -> Error {
+    if same_payload {
+        Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "message {i}: offset {offset} of source {source:?} is being committed by another call; retry"
+            ),
+        )
+    } else {
+        Error::new(
+            ErrorKind::Data,
+            format!(
+                "message {i}: source {source:?} offset {offset} is being committed by another call with a different payload: \
+                 exactly_once.source must identify the message's partition (e.g. topic and partition)"
+            ),
+        )
+    }
 }
 
 fn repeated_position(i: usize, first: usize, source: &str, offset: i64) -> Error {

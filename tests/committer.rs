@@ -12,7 +12,7 @@ use floe::catalog::table_ident;
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
-use support::{merge, read_back, read_request, runtime, services};
+use support::{ids_read_back, merge, messages, read_back, read_request, runtime, services};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn rest_config(extra: Value) -> Config {
@@ -32,18 +32,6 @@ fn rows(from: i64, to: i64) -> Vec<String> {
     (from..to)
         .map(|i| format!(r#"{{"id": {i}, "kind": "k{}"}}"#, i % 5))
         .collect()
-}
-
-fn ids_read_back(table: &str) -> Vec<i64> {
-    let out = read_back("pyiceberg-rest", services().pyiceberg_args(table));
-    let mut ids: Vec<i64> = out["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_i64().unwrap())
-        .collect();
-    ids.sort();
-    ids
 }
 
 /// Snapshot count and the head's summary, as the catalog reports them.
@@ -76,10 +64,7 @@ fn group_commit_shares_snapshots_across_16_concurrent_callers() {
                     for b in 0..batches_per_caller {
                         let first = (c * batches_per_caller + b) * rows_per_batch;
                         let texts = rows(first, first + rows_per_batch);
-                        let msgs: Vec<Message> = texts
-                            .iter()
-                            .map(|t| Message::insert(t.as_bytes()))
-                            .collect();
+                        let msgs = messages(&texts);
                         let out = writer.write_batch(&msgs).await.expect("write call");
                         assert!(
                             out.failures.iter().all(Option::is_none),
@@ -258,10 +243,7 @@ fn lost_or_throttled_commit_answers_never_duplicate_rows() {
     let writer = rt.block_on(Writer::open(cfg)).unwrap();
     for b in 0..6 {
         let texts = rows(b * 10, b * 10 + 10);
-        let msgs: Vec<Message> = texts
-            .iter()
-            .map(|t| Message::insert(t.as_bytes()))
-            .collect();
+        let msgs = messages(&texts);
         let out = rt.block_on(writer.write_batch(&msgs)).expect("write call");
         assert!(
             out.failures.iter().all(Option::is_none),
@@ -298,10 +280,7 @@ fn redirected_commits_are_not_taken_as_committed() {
     let mut refused = 0;
     for b in 0..5 {
         let texts = rows(b * 1000, b * 1000 + 1000);
-        let msgs: Vec<Message> = texts
-            .iter()
-            .map(|t| Message::insert(t.as_bytes()))
-            .collect();
+        let msgs = messages(&texts);
         // Acknowledged means in the table; a failed call is retried as the host would.
         loop {
             match rt.block_on(writer.write_batch(&msgs)) {
@@ -354,10 +333,7 @@ fn expect_failed_call(
     writer: &Writer,
     texts: &[String],
 ) -> floe::Error {
-    let msgs: Vec<Message> = texts
-        .iter()
-        .map(|t| Message::insert(t.as_bytes()))
-        .collect();
+    let msgs = messages(texts);
     match rt.block_on(writer.write_batch(&msgs)) {
         Err(e) => e,
         Ok(out) => panic!("the call should have failed as a whole, yet returned {out:?}"),
@@ -394,10 +370,7 @@ fn files_of_a_refused_commit_are_deleted() {
     // tries once more; the second is final.
     let (proxy, writer) = writer_behind(&rt, vec![Fault::Reject, Fault::Reject], "cleanup");
     let texts = rows(0, 10);
-    let msgs: Vec<Message> = texts
-        .iter()
-        .map(|t| Message::insert(t.as_bytes()))
-        .collect();
+    let msgs = messages(&texts);
     // A refused commit is not the messages' fault: the call fails as a whole.
     let error = expect_failed_call(&rt, &writer, &texts);
     assert!(
@@ -728,10 +701,7 @@ fn files_of_refused_attempts_are_deleted_once_a_later_one_lands() {
     let rt = runtime();
     let (proxy, writer) = writer_behind(&rt, vec![Fault::Throttle, Fault::Throttle], "rebased");
     let texts = rows(0, 10);
-    let msgs: Vec<Message> = texts
-        .iter()
-        .map(|t| Message::insert(t.as_bytes()))
-        .collect();
+    let msgs = messages(&texts);
     let out = rt.block_on(writer.write_batch(&msgs)).expect("write call");
     assert!(
         out.failures.iter().all(Option::is_none),

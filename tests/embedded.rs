@@ -6,7 +6,7 @@ mod support;
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
-use support::{merge, read_back, runtime};
+use support::{merge, messages, read_back, runtime};
 
 fn mixed_schema() -> Value {
     json!({
@@ -318,10 +318,7 @@ fn a_message_naming_a_missing_table_fails_alone() {
     );
     let writer = rt.block_on(Writer::open(cfg)).unwrap();
     let texts: Vec<String> = (1..=5).map(|i| format!(r#"{{"id": {i}}}"#)).collect();
-    let mut msgs: Vec<Message> = texts
-        .iter()
-        .map(|t| Message::insert(t.as_bytes()))
-        .collect();
+    let mut msgs = messages(&texts);
     msgs.push(Message {
         table: Some("missing"),
         ..Message::insert(br#"{"id": 6}"#)

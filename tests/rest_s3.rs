@@ -5,9 +5,9 @@ mod support;
 
 use floe::catalog::table_ident;
 use floe::config::Config;
-use floe::writer::{Message, Writer};
+use floe::writer::Writer;
 use serde_json::{Value, json};
-use support::{read_back, runtime, services};
+use support::{ids_read_back, messages, read_back, runtime, services};
 
 fn config(extra: Value) -> Config {
     let mut c = services().floe_config();
@@ -28,13 +28,6 @@ fn schema() -> Value {
             {"id": 7, "name": "ok", "required": false, "type": "boolean"},
             {"id": 8, "name": "d", "required": false, "type": "date"}]}}
     ]})
-}
-
-fn messages(texts: &[String]) -> Vec<Message<'_>> {
-    texts
-        .iter()
-        .map(|t| Message::insert(t.as_bytes()))
-        .collect()
 }
 
 #[test]
@@ -124,7 +117,7 @@ fn concurrent_writers_on_one_table_lose_nothing() {
     rt.block_on(async {
         let calls = writers.iter().zip(&texts).flat_map(|(w, t)| {
             t.chunks(1).map(move |c| async move {
-                let msgs: Vec<Message> = c.iter().map(|t| Message::insert(t.as_bytes())).collect();
+                let msgs = messages(c);
                 w.write_batch(&msgs).await.expect("write call")
             })
         });
@@ -234,17 +227,7 @@ fn manifest_merge_on_a_table_upgraded_from_v1() {
             out.failures
         );
     }
-    let py = read_back(
-        "pyiceberg-rest",
-        services().pyiceberg_args("e2e.upgraded_from_v1"),
-    );
-    let mut ids: Vec<i64> = py["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_i64().unwrap())
-        .collect();
-    ids.sort();
+    let ids = ids_read_back("e2e.upgraded_from_v1");
     let want: Vec<i64> = (0..40).chain(100..130).collect();
     assert_eq!(ids, want);
 }

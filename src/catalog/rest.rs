@@ -18,8 +18,9 @@ use serde::Deserialize;
 use tokio::sync::Mutex;
 
 use super::{Catalog, LoadedTable, NewTable};
-use crate::config::{CatalogConfig, OAuth2Config};
+use crate::config::{CatalogConfig, OAuth2Config, redact_user_info};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sync::LockExt;
 
 pub struct RestCatalog {
     http: reqwest::Client,
@@ -286,10 +287,7 @@ fn transport_error(e: reqwest::Error, what: &str) -> Error {
 }
 
 fn without_user_info(url: &reqwest::Url) -> String {
-    let mut url = url.clone();
-    let _ = url.set_username("");
-    let _ = url.set_password(None);
-    url.to_string()
+    redact_user_info(url.as_str())
 }
 
 /// Secret strings to scrub from error messages (tokens fetched later are added).
@@ -300,10 +298,7 @@ impl Secrets {
     fn add(&self, secret: &str) {
         // Very short values (e.g. a header "1") would redact ordinary words.
         if secret.len() >= 4 {
-            let mut list = self
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut list = self.0.locked();
             if !list.iter().any(|s| s == secret) {
                 list.push(secret.to_string());
             }
@@ -311,10 +306,7 @@ impl Secrets {
     }
 
     fn scrub(&self, mut text: String) -> String {
-        let list = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let list = self.0.locked();
         for secret in list.iter() {
             if text.contains(secret.as_str()) {
                 text = text.replace(secret.as_str(), "<redacted>");
@@ -345,12 +337,7 @@ async fn status_error(response: Response, what: &str) -> Error {
             .headers()
             .get(reqwest::header::LOCATION)
             .and_then(|l| l.to_str().ok())
-            .and_then(|l| {
-                reqwest::Url::parse(l)
-                    .ok()
-                    .map(|u| without_user_info(&u))
-                    .or(Some(l.to_string()))
-            })
+            .map(redact_user_info)
             .unwrap_or_else(|| "nowhere".into());
         return Error::new(
             ErrorKind::Rejected,

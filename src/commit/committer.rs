@@ -111,24 +111,27 @@ pub struct Committed {
 #[derive(Default)]
 pub struct Ledger {
     pub committed: SourceOffsets,
-    in_flight: HashMap<u64, HashMap<(String, i64), u64>>,
+    in_flight: HashMap<u64, Claimed>,
 }
 
-/// Claimed positions of one call: (source, offset) → hash of the message's payload.
-pub type Claimed = HashMap<(String, i64), u64>;
+/// Claimed positions of one call: source → offset → hash of the message's payload.
+pub type Claimed = HashMap<String, HashMap<i64, u64>>;
 
 impl Ledger {
     /// The payload hash of the message another call is committing at this position.
     pub fn in_flight(&self, source: &str, offset: i64) -> Option<u64> {
-        let key = (source.to_string(), offset);
-        self.in_flight.values().find_map(|c| c.get(&key).copied())
+        self.in_flight
+            .values()
+            .find_map(|c| c.get(source)?.get(&offset).copied())
     }
 
     /// Every offset claimed by a call in flight.
     pub fn claimed_offsets(&self) -> SourceOffsets {
         let mut all = SourceOffsets::default();
-        for (source, offset) in self.in_flight.values().flat_map(|c| c.keys()) {
-            all.insert(source, *offset);
+        for (source, offsets) in self.in_flight.values().flatten() {
+            offsets
+                .keys()
+                .for_each(|&offset| all.insert(source, offset));
         }
         all
     }
@@ -578,15 +581,18 @@ fn fail_all(pendings: Vec<Pending>, error: &Error) {
 /// Backoff before retry `attempt` (1-based): full jitter over 50 ms · 2^attempt, capped
 /// at 5 s, so racing writers spread out instead of colliding again.
 fn backoff(attempt: u32) -> Duration {
-    let ceiling_ms = (50u64 << attempt.min(7)).min(5_000);
-    let jitter = uuid::Uuid::new_v4().as_u64_pair().0 % (ceiling_ms + 1);
-    Duration::from_millis(jitter)
+    full_jitter(50, attempt, 5_000)
 }
 
 /// Backoff before conflict retry `n` (1-based): a rebase is cheap and the winner has
 /// already moved on, so full jitter over 20 ms · 2^n, capped at 1 s.
 fn conflict_backoff(n: u32) -> Duration {
-    let ceiling_ms = (20u64 << n.min(6)).min(1_000);
+    full_jitter(20, n, 1_000)
+}
+
+/// A random wait up to `base_ms` · 2^`n` (exponent capped at 7), at most `cap_ms`.
+fn full_jitter(base_ms: u64, n: u32, cap_ms: u64) -> Duration {
+    let ceiling_ms = (base_ms << n.min(7)).min(cap_ms);
     let jitter = uuid::Uuid::new_v4().as_u64_pair().0 % (ceiling_ms + 1);
     Duration::from_millis(jitter)
 }

@@ -8,6 +8,27 @@ use tokio::io::AsyncReadExt;
 
 use serde_json::Value;
 
+/// The sorted `id` column of a REST table, read back by pyiceberg.
+pub fn ids_read_back(table: &str) -> Vec<i64> {
+    let out = read_back("pyiceberg-rest", services().pyiceberg_args(table));
+    let mut ids: Vec<i64> = out["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Inserts of `texts` into the config's table, one message each.
+pub fn messages(texts: &[String]) -> Vec<floe::writer::Message<'_>> {
+    texts
+        .iter()
+        .map(|t| floe::writer::Message::insert(t.as_bytes()))
+        .collect()
+}
+
 /// Runs `tests/support/read_table.py` and returns its JSON answer.
 pub fn read_back(reader: &str, args: Value) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/read_table.py");
