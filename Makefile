@@ -9,6 +9,8 @@ FLOE_BIN   := go-shim/cmd/floe/floe
 SINKBENCH  := go-shim/cmd/sinkbench/sinkbench
 GO_PEER    := bench-configs/peers/iceberg-go/iceberg-go-append
 LIB        := target/release/libfloe.a
+# A debug libfloe with armable failpoints, for the Go binding's panic-safety test only.
+FAILPOINT_LIB := target/failpoints/libfloe.a
 E2E        := e2e
 
 .PHONY: run test lib bin header header-check py-deps rust-test go-test e2e-test lint fmt clean \
@@ -18,6 +20,10 @@ $(LIB): Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 	$(CARGO) build --release
 
 lib: $(LIB)
+
+$(FAILPOINT_LIB): Cargo.toml Cargo.lock $(shell find src -name '*.rs')
+	$(CARGO) build --lib --features failpoints
+	mkdir -p $(dir $@) && cp target/debug/libfloe.a $@
 
 $(FLOE_BIN): $(LIB) $(shell find go-shim -name '*.go') go-shim/go.mod include/floe.h
 	cd go-shim && $(GO) build -o cmd/floe/floe ./cmd/floe
@@ -71,8 +77,9 @@ header-check:
 rust-test: py-deps
 	$(CARGO) test --all-targets
 
-go-test: $(LIB)
+go-test: $(LIB) $(FAILPOINT_LIB)
 	cd go-shim && GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./...
+	cd go-shim && GOEXPERIMENT=cgocheck2 $(GO) test -count=1 -tags floe_failpoints -run Failpoint ./floe/
 
 e2e-test: bench-deps
 	$(PYTHON) -m pytest -q $(E2E)
@@ -80,8 +87,10 @@ e2e-test: bench-deps
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --lib --features failpoints -- -D warnings
 	test -z "$$(gofmt -l go-shim bench-configs/peers)"
 	cd go-shim && $(GO) vet ./...
+	cd go-shim && $(GO) vet -tags floe_failpoints ./floe/
 	cd bench-configs/peers/iceberg-go && $(GO) vet ./...
 
 ## test: every Rust, Go and end-to-end test, installing and starting what they need.

@@ -119,6 +119,15 @@ extern "C" {
 // The ABI version this library implements; hosts refuse a library whose version differs.
 uint32_t floe_abi_version(void);
 
+#if defined(FLOE_FAILPOINTS)
+// Test builds only (feature `failpoints`): makes the next pass through failpoint `name`
+// panic, so a test can check that the handle stays usable after a panic.
+//
+// # Safety
+// `name` must be a NUL-terminated string.
+floe_status floe_failpoint_arm(const char *name);
+#endif
+
 // The status code of `err` (`FLOE_STATUS_INTERNAL` for NULL).
 //
 // # Safety

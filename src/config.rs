@@ -39,6 +39,29 @@ pub struct Config {
     /// table's committer waits briefly for all of them before writing a group, instead
     /// of committing whichever arrived first (see `commit::committer`).
     pub max_in_flight: Option<usize>,
+    /// The key that upserts and deletes match rows by (top-level columns). Empty: the
+    /// table's own identifier fields.
+    #[serde(default)]
+    pub identifier_fields: Vec<String>,
+    /// How upserts and deletes reach the table.
+    #[serde(default)]
+    pub merge_strategy: MergeStrategy,
+}
+
+/// How upserts and deletes are written.
+#[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
+pub enum MergeStrategy {
+    /// Equality-delete files on the key plus the new rows, in one row-delta snapshot:
+    /// cheapest to write; readers apply the deletes.
+    #[default]
+    #[serde(rename = "merge-on-read")]
+    MergeOnRead,
+    /// Rewrite the data files holding the keys; no delete files, readable everywhere.
+    #[serde(rename = "copy-on-write")]
+    CopyOnWrite,
+    /// Copy-on-write's key lookup, written as position-delete files.
+    #[serde(rename = "merge-on-read-positional")]
+    MergeOnReadPositional,
 }
 
 fn yes() -> bool {
@@ -391,6 +414,17 @@ impl Config {
             return Err(Error::config(
                 "commit.max_group_rows and commit.max_group_bytes must be greater than 0",
             ));
+        }
+        if self.merge_strategy != MergeStrategy::MergeOnRead {
+            return Err(Error::config(
+                "merge_strategy: only merge-on-read is implemented so far (copy-on-write and \
+                 merge-on-read-positional are not yet)",
+            ));
+        }
+        if let Some(name) = self.identifier_fields.iter().find(|n| n.trim().is_empty()) {
+            return Err(Error::config(format!(
+                "identifier_fields: {name:?} is not a column name"
+            )));
         }
         if let Some(eo) = &self.commit.exactly_once
             && eo.writer_id.trim().is_empty()

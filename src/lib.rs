@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod error;
+pub mod failpoint;
 pub mod shred;
 
 pub use error::{Error, ErrorKind, Result};
@@ -12,6 +13,7 @@ pub mod catalog;
 pub mod commit;
 pub mod ffi;
 pub mod partition_spec;
+pub mod rowops;
 pub mod stats;
 pub mod storage;
 mod sync;

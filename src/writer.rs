@@ -7,17 +7,24 @@
 //! there are calls; the committer (see `commit::committer`) writes and commits what the
 //! calls hand in, several calls per snapshot.
 
+use crate::failpoint;
+use crate::rowops::RowOp;
+use crate::rowops::keys::with_identifier_fields;
+use crate::rowops::resolve::{KeyAt, resolve_call};
 use crate::sync::LockExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use arrow_array::RecordBatch;
 use iceberg::TableIdent;
 use iceberg::spec::Schema;
 
 use crate::catalog::rest::RestCatalog;
 use crate::catalog::sql::SqlCatalog;
 use crate::catalog::{Catalog, LoadedTable, NewTable, table_ident};
-use crate::commit::committer::{Claimed, CommitterOptions, Submission, TableCommitter, TableView};
+use crate::commit::committer::{
+    Claim, Claimed, CommitterOptions, Submission, TableCommitter, TableView,
+};
 use crate::commit::offsets::SourceOffsets;
 use crate::config::{CatalogKind, Config};
 use crate::error::{Error, ErrorKind, Result};
@@ -32,7 +39,7 @@ pub struct Message<'a> {
     pub payload: &'a [u8],
     pub namespace: Option<&'a str>,
     pub table: Option<&'a str>,
-    /// `insert` (the default when `None`); upserts and deletes are not supported yet.
+    /// `insert` (the default when `None`), `upsert` or `delete` (by the table's key).
     pub operation: Option<&'a str>,
     /// Exactly-once: where the message came from (e.g. `topic/partition`) and its
     /// offset there. Required when `commit.exactly_once` is configured.
@@ -118,6 +125,7 @@ impl Writer {
             max_group_rows: commit.max_group_rows,
             max_group_bytes: commit.max_group_bytes,
             writer_id: commit.exactly_once.as_ref().map(|e| e.writer_id.clone()),
+            identifier_fields: config.identifier_fields.clone(),
             parquet: config.parquet.clone(),
             callers: config.max_in_flight,
             stats: Arc::default(),
@@ -164,11 +172,8 @@ impl Writer {
         let mut failures: Vec<Option<Error>> = vec![None; messages.len()];
         let mut groups: HashMap<TableIdent, Vec<usize>> = HashMap::new();
         for (i, m) in messages.iter().enumerate() {
-            if let Some(op) = m.operation.filter(|op| !op.eq_ignore_ascii_case("insert")) {
-                failures[i] = Some(Error::new(
-                    ErrorKind::Data,
-                    format!("message {i}: row_operation {op:?} is not supported yet (only insert)"),
-                ));
+            if let Err(e) = RowOp::parse(m.operation) {
+                failures[i] = Some(Error::new(ErrorKind::Data, format!("message {i}: {e}")));
                 continue;
             }
             if self.options.writer_id.is_some() && (m.source.is_none() || m.offset.is_none()) {
@@ -280,7 +285,7 @@ impl Writer {
                 _ => e,
             })?;
         let claim = handle.committer.new_claim();
-        let plan = self.plan_exactly_once(&handle, claim, messages, idx);
+        let plan = self.plan_exactly_once(&handle, &claim, messages, idx);
         let result = self
             .shred_and_submit(&handle, claim, messages, idx, &plan)
             .await;
@@ -315,7 +320,7 @@ impl Writer {
     fn plan_exactly_once(
         &self,
         handle: &TableHandle,
-        claim: u64,
+        claim: &Claim,
         messages: &[Message<'_>],
         idx: &[usize],
     ) -> WritePlan {
@@ -327,6 +332,7 @@ impl Writer {
         let mut claimed = Claimed::new();
         let mut first_of: HashMap<(&str, i64), (usize, u64)> = HashMap::new();
         let mut ledger = handle.committer.ledger().locked();
+        failpoint::hit(failpoint::names::PLAN_LEDGER_LOCKED);
         for (pos, &i) in idx.iter().enumerate() {
             let (source, offset) = (
                 messages[i].source.expect("checked on entry"),
@@ -357,65 +363,107 @@ impl Writer {
                 plan.write.push(pos);
             }
         }
-        ledger.claim(claim, claimed);
+        claim.hold(&mut ledger, claimed);
         plan
     }
 
     async fn shred_and_submit(
         &self,
         handle: &TableHandle,
-        claim: u64,
+        claim: Claim,
         messages: &[Message<'_>],
         idx: &[usize],
         plan: &WritePlan,
     ) -> Result<GroupResult> {
         let view = handle.committer.view();
         let schema_id = view.schema_id();
-        let mut shredder = match self.take_shredder(handle, &view) {
-            Ok(s) => s,
-            Err(e) => {
-                handle.committer.release(claim);
-                return Err(e);
+        let mut failures: Vec<(usize, Error)> = Vec::new();
+        // Positions (within the group) of the messages to write, split by what they need.
+        let (mut rows_at, mut deletes_at) = (Vec::new(), Vec::new());
+        for &pos in &plan.write {
+            let op = row_op(&messages[idx[pos]]);
+            if op != RowOp::Insert && view.keys.is_none() {
+                failures.push((pos, no_key(idx[pos], op)));
+            } else if op.writes_row() {
+                rows_at.push(pos);
+            } else {
+                deletes_at.push(pos);
             }
-        };
-        let payloads = plan.write.iter().map(|&pos| messages[idx[pos]].payload);
-        let shredded =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shredder.shred(payloads)));
-        let Ok(shredded) = shredded else {
-            handle.committer.release(claim);
-            // Replaying these messages panics again: they go to the dead letters (if
-            // any) instead of being retried for ever.
-            return Err(Error::new(
-                ErrorKind::Data,
-                "the shredder panicked on this batch (please report it); its state was discarded",
-            ));
-        };
+        }
+        let mut shredder = self.take_shredder(handle, &view)?;
+        let mut rows = shred_guarded(&mut shredder, messages, idx, &rows_at)?;
         self.return_shredder(handle, schema_id, shredder);
-        let failures: Vec<(usize, Error)> = shredded
-            .errors
-            .into_iter()
-            .map(|e| {
-                // The shredder saw this table's messages only: name the batch index.
-                let pos = plan.write[e.index];
-                let in_batch = MessageError {
-                    index: idx[pos],
-                    ..e.clone()
-                };
-                (pos, Error::new(ErrorKind::Data, in_batch.to_string()))
-            })
+        failures.append(&mut rows.failures);
+        let deleted = match (&view.keys, deletes_at.is_empty()) {
+            (Some(keys), false) => {
+                let mut key_shredder = Shredder::new(keys.schema.clone(), self.decode_options())?;
+                let mut deleted = shred_guarded(&mut key_shredder, messages, idx, &deletes_at)?;
+                failures.append(&mut deleted.failures);
+                Some(deleted)
+            }
+            _ => None,
+        };
+        let data = rows.batch.unwrap_or_else(|| {
+            RecordBatch::new_empty(Arc::new(
+                iceberg::arrow::schema_to_arrow_schema(view.table.metadata.current_schema())
+                    .expect("the shredder accepted this schema"),
+            ))
+        });
+        // Every written message in group order, with where its key is.
+        let mut entries: Vec<(usize, KeyAt)> = rows
+            .positions
+            .iter()
+            .enumerate()
+            .map(|(r, &pos)| (pos, KeyAt::Data(r)))
+            .chain(deleted.iter().flat_map(|d| {
+                d.positions
+                    .iter()
+                    .enumerate()
+                    .map(|(r, &pos)| (pos, KeyAt::Deleted(r)))
+            }))
             .collect();
-        let Some(batch) = shredded.batch else {
-            handle.committer.release(claim);
+        entries.sort_unstable_by_key(|(pos, _)| *pos);
+        let keyed = entries
+            .iter()
+            .any(|(pos, _)| row_op(&messages[idx[*pos]]) != RowOp::Insert);
+        let (batch, deletes) = match (&view.keys, keyed) {
+            (Some(keys), true) => {
+                let deleted_keys = match &deleted {
+                    Some(Shredded { batch: Some(b), .. }) => b.clone(),
+                    _ => RecordBatch::new_empty(keys.arrow.clone()),
+                };
+                let data_keys = keys.project(&data)?;
+                let mut ops = Vec::with_capacity(entries.len());
+                entries.retain(|&(pos, at)| {
+                    let op = row_op(&messages[idx[pos]]);
+                    let null = match at {
+                        _ if op == RowOp::Insert => None,
+                        KeyAt::Data(r) => keys.null_column(&data_keys, r),
+                        KeyAt::Deleted(r) => keys.null_column(&deleted_keys, r),
+                    };
+                    if let Some(column) = null {
+                        failures.push((pos, null_key(idx[pos], op, column)));
+                        return false;
+                    }
+                    ops.push((op, at));
+                    true
+                });
+                let resolved = resolve_call(keys, &data, &deleted_keys, &ops)?;
+                (resolved.data, resolved.deletes)
+            }
+            _ => (data, None),
+        };
+        if batch.num_rows() == 0 && deletes.is_none() {
             return Ok(GroupResult {
                 rows: 0,
                 committed: false,
                 failures,
             });
-        };
+        }
         let mut offsets = SourceOffsets::default();
         let mut bytes = 0;
-        for &row in &shredded.row_sources {
-            let m = &messages[idx[plan.write[row]]];
+        for &(pos, _) in &entries {
+            let m = &messages[idx[pos]];
             bytes += m.payload.len();
             if let (Some(source), Some(offset)) = (m.source, m.offset) {
                 offsets.insert(source, offset);
@@ -424,10 +472,12 @@ impl Writer {
         let rows = batch.num_rows();
         let submission = Submission {
             batch,
+            deletes,
             bytes,
             schema_id,
             offsets,
         };
+        failpoint::hit(failpoint::names::BEFORE_SUBMIT);
         handle.committer.submit(claim, submission).await?;
         Ok(GroupResult {
             rows,
@@ -517,6 +567,8 @@ impl Writer {
             None => crate::shred::infer::infer_schema(sample)
                 .map_err(|e| Error::new(ErrorKind::Data, format!("cannot create {ident}: {e}")))?,
         };
+        // Tables floe creates register the key: readers (and later writers) find it there.
+        let schema = with_identifier_fields(schema, &self.config.identifier_fields)?;
         let partition_spec = match evolution.partition_spec.as_deref() {
             Some(text) => Some(parse_partition_spec(text, &schema)?),
             None => None,
@@ -612,4 +664,84 @@ struct GroupResult {
     committed: bool,
     /// (position within the group, error) for messages that were not shredded.
     failures: Vec<(usize, Error)>,
+}
+
+/// What [`shred_guarded`] made of some of a group's messages.
+struct Shredded {
+    batch: Option<RecordBatch>,
+    /// For each row of `batch`, the position (within the group) of its message.
+    positions: Vec<usize>,
+    failures: Vec<(usize, Error)>,
+}
+
+/// Shreds the messages at `positions` (within the group `idx`); a shredder panic fails
+/// the call with a Data error: replayed, these messages would panic again, so they go to
+/// the dead letters (if any) instead of being retried for ever.
+fn shred_guarded(
+    shredder: &mut Shredder,
+    messages: &[Message<'_>],
+    idx: &[usize],
+    positions: &[usize],
+) -> Result<Shredded> {
+    if positions.is_empty() {
+        return Ok(Shredded {
+            batch: None,
+            positions: Vec::new(),
+            failures: Vec::new(),
+        });
+    }
+    let payloads = positions.iter().map(|&pos| messages[idx[pos]].payload);
+    let shredded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        shredder.shred(payloads)
+    }))
+    .map_err(|_| {
+        Error::new(
+            ErrorKind::Data,
+            "the shredder panicked on this batch (please report it); its state was discarded",
+        )
+    })?;
+    let failures = shredded
+        .errors
+        .into_iter()
+        .map(|e| {
+            // The shredder saw some of this table's messages only: name the batch index.
+            let pos = positions[e.index];
+            let in_batch = MessageError {
+                index: idx[pos],
+                ..e
+            };
+            (pos, Error::new(ErrorKind::Data, in_batch.to_string()))
+        })
+        .collect();
+    Ok(Shredded {
+        batch: shredded.batch,
+        positions: shredded.row_sources.iter().map(|&r| positions[r]).collect(),
+        failures,
+    })
+}
+
+/// A message's operation (checked on entry to the call).
+fn row_op(m: &Message<'_>) -> RowOp {
+    RowOp::parse(m.operation).unwrap_or(RowOp::Insert)
+}
+
+fn no_key(index: usize, op: RowOp) -> Error {
+    Error::new(
+        ErrorKind::Data,
+        format!(
+            "message {index}: row_operation {} needs a key, but the table has no identifier \
+             fields and identifier_fields is not configured",
+            op.name()
+        ),
+    )
+}
+
+fn null_key(index: usize, op: RowOp, column: &str) -> Error {
+    Error::new(
+        ErrorKind::Data,
+        format!(
+            "message {index}: identifier field `{column}` is missing or null; a {} needs its key",
+            op.name()
+        ),
+    )
 }

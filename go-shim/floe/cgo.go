@@ -1,10 +1,11 @@
 // Package floe is the cgo binding to libfloe, the Rust data plane behind the
-// Benthos `iceberg` output. All #cgo directives live in this file.
+// Benthos `iceberg` output. The #cgo directives live in this file, except the
+// library's path: link_release.go links the shipped build, link_failpoints.go (build
+// tag floe_failpoints, tests only) a build whose failpoints can be armed.
 package floe
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../include
-#cgo LDFLAGS: -L${SRCDIR}/../../target/release -lfloe -lm -ldl -lpthread
 #include <stdlib.h>
 #include "floe.h"
 */

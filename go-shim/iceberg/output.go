@@ -72,9 +72,9 @@ func ConfigSpec() *service.ConfigSpec {
 			service.NewInterpolatedStringField(fNamespace).Description("Namespace; dots separate levels."),
 			service.NewInterpolatedStringField(fTable).Description("Table name."),
 			service.NewBoolField(fCaseSensitive).Default(true),
-			service.NewInterpolatedStringField(fRowOperation).Default("insert").Description("Only `insert` is supported so far."),
-			service.NewStringListField(fIdentifiers).Default([]any{}),
-			service.NewStringEnumField(fMergeStrategy, "merge-on-read", "copy-on-write").Default("merge-on-read"),
+			service.NewInterpolatedStringField(fRowOperation).Default("insert").Description("Per message: `insert` appends the row; `upsert` replaces every row with the message's key; `delete` removes them (the message needs only the key fields). Within a commit the last operation per key wins."),
+			service.NewStringListField(fIdentifiers).Default([]any{}).Description("The key upserts and deletes match by: top-level, non-floating-point columns. Empty: the table's own identifier fields. Tables floe creates register them (as required columns)."),
+			service.NewStringEnumField(fMergeStrategy, "merge-on-read", "copy-on-write", "merge-on-read-positional").Default("merge-on-read").Description("How upserts and deletes are written. `merge-on-read`: the new rows plus equality-delete files on the key, in one snapshot (Iceberg v2; readers that apply equality deletes: Spark, Trino, Flink, DuckDB, iceberg-rust, iceberg-go). `copy-on-write` and `merge-on-read-positional` are not implemented yet."),
 			service.NewObjectField(fStorage,
 				service.NewObjectField("aws_s3",
 					service.NewStringField("bucket").Default(""),
@@ -134,8 +134,7 @@ func ConfigSpec() *service.ConfigSpec {
   if this.storage.azure_blob_storage != null { "` + unsupported["storage.azure_blob_storage"] + `" },
   if this.schema_evolution.schema_metadata != null { "` + unsupported["schema_evolution.schema_metadata"] + `" },
   if this.schema_evolution.new_column_type_mapping != null { "` + unsupported["schema_evolution.new_column_type_mapping"] + `" },
-  if (this.identifier_fields | []).length() > 0 { "identifier_fields (upserts) are not supported by floe yet" },
-  if (this.row_operation | "insert") != "insert" { "row_operation other than insert is not supported by floe yet" },
+  if (this.merge_strategy | "merge-on-read") != "merge-on-read" { "merge_strategy " + this.merge_strategy + " is not supported by floe yet (merge-on-read is)" },
 ].filter(x -> x != null)`)
 }
 
@@ -165,6 +164,8 @@ type output struct {
 	configJSON []byte
 	namespace  *service.InterpolatedString
 	table      *service.InterpolatedString
+	// Per-message row operation; nil when every message is an insert.
+	rowOp *service.InterpolatedString
 	// Exactly-once positions; nil when off.
 	source *service.InterpolatedString
 	offset *service.InterpolatedString
@@ -279,15 +280,12 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 			return nil, errors.New(why)
 		}
 	}
-	if ids, _ := conf.FieldStringList(fIdentifiers); len(ids) > 0 {
-		return nil, errors.New("identifier_fields (upserts) are not supported by floe yet")
-	}
 	rowOp, err := conf.FieldInterpolatedString(fRowOperation)
 	if err != nil {
 		return nil, err
 	}
-	if op, static := rowOp.Static(); !static || op != "insert" {
-		return nil, errors.New("row_operation other than insert is not supported by floe yet")
+	if op, static := rowOp.Static(); static && strings.EqualFold(strings.TrimSpace(op), "insert") {
+		rowOp = nil
 	}
 	cfg, err := toRustConfig(conf)
 	if err != nil {
@@ -319,6 +317,7 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 		configJSON:     cfg,
 		namespace:      ns,
 		table:          tbl,
+		rowOp:          rowOp,
 		source:         source,
 		offset:         offset,
 		log:            mgr.Logger(),
@@ -388,6 +387,42 @@ func (o *output) tableNames(batch service.MessageBatch) (ns, tbl []string, err e
 	return ns, tbl, nil
 }
 
+// operations evaluates each message's row operation (nil when all are inserts); libfloe
+// checks the names, so a message with an unknown one fails alone.
+func (o *output) operations(batch service.MessageBatch) ([]string, error) {
+	if o.rowOp == nil {
+		return nil, nil
+	}
+	ops := make([]string, len(batch))
+	for i, m := range batch {
+		var err error
+		if ops[i], err = o.rowOp.TryString(m); err != nil {
+			return nil, fmt.Errorf("row_operation interpolation: %w", err)
+		}
+		ops[i] = strings.ToLower(strings.TrimSpace(ops[i]))
+	}
+	return ops, nil
+}
+
+// countOperations adds the committed messages to iceberg_row_operations_total by
+// operation.
+func (o *output) countOperations(ops []string, failures []error) {
+	counts := map[string]int64{}
+	for i, err := range failures {
+		if err != nil {
+			continue
+		}
+		op := "insert"
+		if ops != nil && ops[i] != "" {
+			op = ops[i]
+		}
+		counts[op]++
+	}
+	for op, n := range counts {
+		o.rowsInserted.Incr(n, op)
+	}
+}
+
 // positions evaluates each message's exactly-once source and offset (nil, nil when
 // exactly-once is off). A message whose offset is not an integer fails the batch: it
 // could never be acknowledged safely.
@@ -436,8 +471,12 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	if err != nil {
 		return err
 	}
+	ops, err := o.operations(batch)
+	if err != nil {
+		return err
+	}
 	start := nowNanos()
-	full := floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Sources: sources, Offsets: offsets}
+	full := floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Operations: ops, Sources: sources, Offsets: offsets}
 	res, err := w.Write(ctx, full)
 	o.writeLatency.Timing(nowNanos() - start)
 	if err != nil {
@@ -452,12 +491,12 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		}
 		return err
 	}
-	o.rowsInserted.Incr(int64(res.Rows), "insert")
 	o.snapshots.Incr(int64(res.Snapshots))
 	failures, err := o.retryNotAtFault(ctx, w, full, res.Failures)
 	if err != nil {
 		return err
 	}
+	o.countOperations(ops, failures)
 	o.outage.succeeded(o.log)
 	return o.batchError(batch, failures)
 }
@@ -668,6 +707,10 @@ func toRustConfig(conf *service.ParsedConfig) ([]byte, error) {
 	setIf(evo, "partition_spec", str(fEvolution, "partition_spec"))
 	setIf(evo, "table_location", str(fEvolution, "table_location"))
 	out[fEvolution] = evo
+	if ids, _ := conf.FieldStringList(fIdentifiers); len(ids) > 0 {
+		out[fIdentifiers] = ids
+	}
+	setIf(out, fMergeStrategy, str(fMergeStrategy))
 
 	pq := map[string]any{}
 	setIf(pq, "string_encoding", str(fParquet, "string_encoding"))

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use arrow_array::RecordBatch;
 use iceberg::TableIdent;
 use iceberg::io::FileIO;
-use iceberg::spec::DataFile;
+use iceberg::spec::{DataFile, FormatVersion, TableMetadata};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::expire::{
@@ -41,8 +41,10 @@ use super::staging::{STAGE_MAX_INPUT_BYTES, StagedFile, Staging, upload};
 use crate::catalog::{Catalog, LoadedTable};
 use crate::config::ParquetConfig;
 use crate::error::{Error, ErrorKind, Result};
+use crate::rowops::KeyColumns;
+use crate::rowops::resolve::resolve_group;
 use crate::stats::WriterStats;
-use crate::write::{FileSettings, file_settings, write_data_files};
+use crate::write::{FileSettings, file_settings, write_data_files, write_equality_delete_files};
 
 /// How the committer behaves; from the `commit` section of the config.
 #[derive(Debug, Clone)]
@@ -58,6 +60,8 @@ pub struct CommitterOptions {
     pub max_group_rows: usize,
     pub max_group_bytes: usize,
     pub writer_id: Option<String>,
+    /// The configured key for upserts and deletes (empty: the table's own).
+    pub identifier_fields: Vec<String>,
     pub parquet: ParquetConfig,
     /// The host's concurrent calls, when it said (see [`Gathering`]).
     pub callers: Option<usize>,
@@ -71,13 +75,21 @@ pub struct TableView {
     pub file_io: FileIO,
     pub settings: FileSettings,
     pub merge: MergePolicy,
+    /// The key upserts and deletes match by; `None` for a table without one.
+    pub keys: Option<Arc<KeyColumns>>,
 }
 
 impl TableView {
     pub fn new(table: LoadedTable, file_io: FileIO, options: &CommitterOptions) -> Result<Self> {
+        let keys =
+            KeyColumns::for_table(table.metadata.current_schema(), &options.identifier_fields)?;
+        if let Some(keys) = &keys {
+            check_merge_on_read(&table.metadata, keys)?;
+        }
         Ok(TableView {
             settings: file_settings(&options.parquet, &table.metadata)?,
             merge: MergePolicy::for_table(options.manifest_merge, &table.metadata)?,
+            keys: keys.map(Arc::new),
             table,
             file_io,
         })
@@ -88,9 +100,37 @@ impl TableView {
     }
 }
 
+/// Merge-on-read writes equality deletes: they need format v2 or later, and floe scopes
+/// them to the partition of their key, so the partition must follow from the key.
+fn check_merge_on_read(metadata: &TableMetadata, keys: &KeyColumns) -> Result<()> {
+    if metadata.format_version() == FormatVersion::V1 {
+        return Err(Error::config(
+            "upserts and deletes (merge-on-read) need an Iceberg format v2 table; this one is v1",
+        ));
+    }
+    let spec = metadata.default_partition_spec();
+    if let Some(field) = spec
+        .fields()
+        .iter()
+        .find(|f| !keys.field_ids.contains(&f.source_id))
+    {
+        return Err(Error::config(format!(
+            "the table is partitioned by {:?}, which is not derived from the identifier fields \
+             ({}): merge-on-read deletes are scoped to the key's partition, so every partition \
+             source column must be an identifier field",
+            field.name,
+            keys.names.join(", ")
+        )));
+    }
+    Ok(())
+}
+
 /// Rows handed to the committer by one write call.
 pub struct Submission {
+    /// Rows to write, in the table schema (none for a call that only deletes).
     pub batch: RecordBatch,
+    /// Keys the call upserted or deleted, in the key schema; `None` for inserts only.
+    pub deletes: Option<RecordBatch>,
     /// JSON bytes the rows came from (for `max_group_bytes`).
     pub bytes: usize,
     /// Schema the batch was shredded with.
@@ -145,18 +185,33 @@ impl Ledger {
     }
 }
 
-struct Pending {
-    claim: u64,
-    submission: Submission,
-    reply: Option<oneshot::Sender<Result<Committed>>>,
-    /// Released on drop, however the submission ends (even if a task dies with it).
+/// A call's exactly-once claim in the ledger, released when dropped: however the call
+/// ends — an error, a panic, a cancelled future, a committer task that dies — its
+/// positions do not stay "in flight" for ever.
+pub struct Claim {
+    id: u64,
     ledger: Arc<Mutex<Ledger>>,
 }
 
-impl Drop for Pending {
-    fn drop(&mut self) {
-        self.ledger.locked().release(self.claim);
+impl Claim {
+    /// Records the positions this call is about to write (under the ledger's lock, which
+    /// the caller holds while it checks them).
+    pub fn hold(&self, ledger: &mut Ledger, claimed: Claimed) {
+        ledger.claim(self.id, claimed);
     }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.ledger.locked().release(self.id);
+    }
+}
+
+struct Pending {
+    /// Released when the submission is answered or dropped.
+    _claim: Claim,
+    submission: Submission,
+    reply: Option<oneshot::Sender<Result<Committed>>>,
 }
 
 /// Answers a submission. Dropping it first releases its exactly-once claim (once, in
@@ -235,11 +290,6 @@ impl TableCommitter {
         &self.ledger
     }
 
-    /// Drops a claim whose rows will not be submitted.
-    pub fn release(&self, claim: u64) {
-        self.ledger.locked().release(claim);
-    }
-
     /// Whether the committer's tasks are gone (only after a panic in one of them); the
     /// writer then opens the table afresh.
     pub fn is_stopped(&self) -> bool {
@@ -247,20 +297,22 @@ impl TableCommitter {
     }
 
     /// A fresh id under which a call claims offsets in the ledger.
-    pub fn new_claim(&self) -> u64 {
-        self.next_claim.fetch_add(1, Ordering::Relaxed)
+    pub fn new_claim(&self) -> Claim {
+        Claim {
+            id: self.next_claim.fetch_add(1, Ordering::Relaxed),
+            ledger: self.ledger.clone(),
+        }
     }
 
     /// Hands rows to the pipeline and waits until they are committed. `claim` (from
     /// [`Self::new_claim`], possibly holding offsets in the ledger) is released when the
     /// outcome is known, even if this future is dropped before.
-    pub async fn submit(&self, claim: u64, submission: Submission) -> Result<Committed> {
+    pub async fn submit(&self, claim: Claim, submission: Submission) -> Result<Committed> {
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
-            claim,
+            _claim: claim,
             submission,
             reply: Some(reply),
-            ledger: self.ledger.clone(),
         };
         if self.queue.send(pending).is_err() {
             // The returned submission was dropped, releasing its claim.
@@ -281,6 +333,8 @@ impl TableCommitter {
 /// A group of submissions written as data files, waiting for its commit.
 struct EncodedGroup {
     data_files: Vec<DataFile>,
+    /// Equality deletes of the group's upserts and deletes.
+    delete_files: Vec<DataFile>,
     /// The data files' bytes when they were staged in memory (small groups): uploaded
     /// with the manifest and the manifest list.
     staged: Vec<StagedFile>,
@@ -526,19 +580,26 @@ async fn encode_loop(
         if fresh.is_empty() {
             continue;
         }
-        let batches: Vec<RecordBatch> = fresh.iter().map(|p| p.submission.batch.clone()).collect();
         let t0 = Instant::now();
+        let (batches, deletes) = match group_rows(&fresh, &current) {
+            Ok(rows) => rows,
+            Err(e) => {
+                fail_all(fresh, &e);
+                continue;
+            }
+        };
         let n = batches.len();
         let input_bytes: usize = fresh.iter().map(|p| p.submission.bytes).sum();
         let stage = input_bytes <= STAGE_MAX_INPUT_BYTES;
-        let written = write_group(&batches, &current, stage).await;
+        let written = write_group(&batches, deletes.as_ref(), &current, stage).await;
         Pace::smooth(&mut pace.locked().encode, t0.elapsed());
         options.stats.record_write(t0.elapsed());
         tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
         match written {
-            Ok((data_files, staged)) => {
+            Ok((data_files, delete_files, staged)) => {
                 let group = EncodedGroup {
                     data_files,
+                    delete_files,
                     staged,
                     table_uuid: current.table.metadata.uuid(),
                     schema_id,
@@ -552,24 +613,74 @@ async fn encode_loop(
     }
 }
 
-/// Writes a group's data files: to scratch memory when `stage` (they are uploaded with
-/// the commit's metadata), else in place. The scratch space lives only as long as this
-/// call, so a failure halfway leaves nothing behind.
+/// The rows a group writes: each call's rows minus those a later call in the group
+/// upserted or deleted, and the keys to delete (see [`crate::rowops::resolve`]).
+fn group_rows(
+    pendings: &[Pending],
+    view: &TableView,
+) -> Result<(Vec<RecordBatch>, Option<RecordBatch>)> {
+    let parts: Vec<(&RecordBatch, Option<&RecordBatch>)> = pendings
+        .iter()
+        .map(|p| (&p.submission.batch, p.submission.deletes.as_ref()))
+        .collect();
+    match &view.keys {
+        _ if parts.iter().all(|(_, d)| d.is_none()) => {
+            Ok((parts.iter().map(|(b, _)| (*b).clone()).collect(), None))
+        }
+        Some(keys) => resolve_group(keys, &parts),
+        None => Err(Error::new(
+            ErrorKind::Unavailable,
+            "the table's identifier fields changed after the batch was shredded; retry the batch",
+        )),
+    }
+}
+
+/// A group's data and equality-delete files, and the staged bytes of both.
+type WrittenGroup = (Vec<DataFile>, Vec<DataFile>, Vec<StagedFile>);
+
+/// Writes a group's data files and delete files: to scratch memory when `stage` (they
+/// are uploaded with the commit's metadata), else in place. The scratch space lives only
+/// as long as this call, so a failure halfway leaves nothing behind.
 async fn write_group(
     batches: &[RecordBatch],
+    deletes: Option<&RecordBatch>,
     view: &TableView,
     stage: bool,
-) -> Result<(Vec<DataFile>, Vec<StagedFile>)> {
+) -> Result<WrittenGroup> {
     let metadata = &view.table.metadata;
-    if !stage {
-        let files = write_data_files(batches, metadata, &view.file_io, &view.settings).await?;
-        return Ok((files, Vec::new()));
-    }
     let staging = Staging::default();
-    let files = write_data_files(batches, metadata, staging.io(), &view.settings).await?;
-    let paths = files.iter().map(|f| f.file_path().to_string()).collect();
+    let io = if stage { staging.io() } else { &view.file_io };
+    let data_files = write_data_files(batches, metadata, io, &view.settings).await?;
+    let delete_files = match (deletes, &view.keys) {
+        (Some(keys), Some(columns)) => {
+            write_equality_delete_files(keys, columns, metadata, io, &view.settings).await?
+        }
+        _ => Vec::new(),
+    };
+    if !stage {
+        return Ok((data_files, delete_files, Vec::new()));
+    }
+    let paths = data_files
+        .iter()
+        .chain(&delete_files)
+        .map(|f| f.file_path().to_string())
+        .collect();
     let staged = staging.take(paths).await?;
-    Ok((files, staged))
+    Ok((data_files, delete_files, staged))
+}
+
+/// Splits encoded groups into the runs that may share a snapshot. A group with deletes
+/// starts a new one: its deletes must apply to the rows of the groups before it, and
+/// within one snapshot they would not (one sequence number).
+fn one_snapshot_each(groups: Vec<EncodedGroup>) -> Vec<Vec<EncodedGroup>> {
+    let mut runs: Vec<Vec<EncodedGroup>> = Vec::new();
+    for g in groups {
+        match runs.last_mut() {
+            Some(run) if g.delete_files.is_empty() => run.push(g),
+            _ => runs.push(vec![g]),
+        }
+    }
+    runs
 }
 
 fn fail_all(pendings: Vec<Pending>, error: &Error) {
@@ -664,7 +775,9 @@ impl CommitStage {
                 groups.push(g);
             }
             let released = groups.iter().map(|g| g.pendings.len()).sum();
-            self.commit_groups(groups).await;
+            for snapshot in one_snapshot_each(groups) {
+                self.commit_groups(snapshot).await;
+            }
             {
                 let mut pace = self.pace.locked();
                 pace.commit_started = None;
@@ -704,6 +817,7 @@ impl CommitStage {
                 file_io: current.file_io.clone(),
                 settings: current.settings.clone(),
                 merge: current.merge,
+                keys: current.keys.clone(),
             }
         } else {
             match TableView::new(table.clone(), current.file_io.clone(), &self.options) {
@@ -711,11 +825,18 @@ impl CommitStage {
                 // The head must move on regardless, or every later commit would conflict.
                 Err(e) => {
                     tracing::warn!("table properties unusable, keeping the previous settings: {e}");
+                    // Key positions of another schema would pick the wrong columns:
+                    // upserts fail (per message) until the key is valid again.
+                    let keys = current.keys.clone().filter(|_| {
+                        current.table.metadata.current_schema_id()
+                            == table.metadata.current_schema_id()
+                    });
                     TableView {
                         table,
                         file_io: current.file_io.clone(),
                         settings: current.settings.clone(),
                         merge: current.merge,
+                        keys,
                     }
                 }
             }
@@ -731,6 +852,7 @@ impl CommitStage {
         let spec_id = groups[0].spec_id;
         let table_uuid = groups[0].table_uuid;
         let mut data_files = Vec::new();
+        let mut delete_files = Vec::new();
         let mut staged = Vec::new();
         let mut pendings = Vec::new();
         let mut offsets = SourceOffsets::default();
@@ -742,12 +864,15 @@ impl CommitStage {
                 );
                 // Files streamed to storage (large groups) are referenced by nothing.
                 if g.staged.is_empty() && self.options.cleanup_on_failure {
-                    self.delete_files(&g.data_files, &[]).await;
+                    let files: Vec<DataFile> =
+                        g.data_files.into_iter().chain(g.delete_files).collect();
+                    self.delete_files(&files, &[]).await;
                 }
                 fail_all(g.pendings, &e);
                 continue;
             }
             data_files.extend(g.data_files);
+            delete_files.extend(g.delete_files);
             staged.extend(g.staged);
             for p in &g.pendings {
                 offsets.union_with(&p.submission.offsets);
@@ -758,6 +883,7 @@ impl CommitStage {
             commit_id: uuid::Uuid::new_v4(),
             table_uuid,
             data_files,
+            delete_files,
             schema_id,
             spec_id,
             properties: HashMap::from([(
@@ -788,8 +914,13 @@ impl CommitStage {
             }
             Err(e) => {
                 if self.options.cleanup_on_failure && !outcome.maybe_committed {
-                    self.delete_files(&changes.data_files, &outcome.written)
-                        .await;
+                    let files: Vec<DataFile> = changes
+                        .data_files
+                        .iter()
+                        .chain(&changes.delete_files)
+                        .cloned()
+                        .collect();
+                    self.delete_files(&files, &outcome.written).await;
                 }
                 fail_all(pendings, &e);
             }
@@ -1098,20 +1229,24 @@ mod tests {
         )])
         .unwrap();
         Pending {
-            claim: 0,
+            _claim: Claim {
+                id: 0,
+                ledger: Arc::new(Mutex::new(Ledger::default())),
+            },
             submission: Submission {
                 batch,
+                deletes: None,
                 bytes,
                 schema_id: 0,
                 offsets: SourceOffsets::default(),
             },
             reply: Some(oneshot::channel().0),
-            ledger: Arc::new(Mutex::new(Ledger::default())),
         }
     }
 
     fn options(linger_ms: u64, max_rows: usize, max_bytes: usize) -> CommitterOptions {
         CommitterOptions {
+            identifier_fields: Vec::new(),
             max_retries: 0,
             retry_timeout: Duration::ZERO,
             cleanup_on_failure: true,

@@ -8,9 +8,11 @@
 //! carries `floe.commit-id` so a commit of unknown outcome can be found, and with
 //! exactly-once the writer's committed offsets.
 //!
-//! Only appends exist so far. Overwrite and row-delta snapshots (upserts) add removed
-//! data files and delete manifests to [`SnapshotChanges`]; the manifest list, summary
-//! and requirement code is shared.
+//! Two operations so far: an append (data files only) and a row delta (data files plus
+//! equality-delete files, for upserts and deletes: one snapshot, one sequence number, so
+//! the deletes remove older rows with their keys but never the snapshot's own). Both
+//! rebase the same way after a conflict: a later sequence number only makes the deletes
+//! apply to rows committed in between, which is what commit order means for an upsert.
 
 use std::collections::HashMap;
 
@@ -67,6 +69,7 @@ pub struct Attempt<'a> {
 pub struct Rebase {
     pub snapshot_id: i64,
     pub data_manifest: ManifestFile,
+    pub delete_manifest: Option<ManifestFile>,
 }
 
 /// The manifests of a manifest list this writer wrote, so the next commit on top of it
@@ -85,6 +88,8 @@ pub struct SnapshotChanges {
     /// same name between attempts must not receive them.
     pub table_uuid: Uuid,
     pub data_files: Vec<DataFile>,
+    /// Equality-delete files (upserts and deletes): the snapshot is a row delta.
+    pub delete_files: Vec<DataFile>,
     /// Schema and partition spec the files were written with; the commit requires the
     /// table to still have them.
     pub schema_id: i32,
@@ -126,17 +131,29 @@ async fn current_manifests(
     Ok(list.entries().to_vec())
 }
 
-async fn write_data_manifest(
+/// Which manifest: the new data files (`m0`) or the new delete files (`m1`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum NewManifest {
+    Data,
+    Deletes,
+}
+
+async fn write_new_manifest(
     metadata: &TableMetadata,
     file_io: &FileIO,
     snapshot_id: i64,
     commit_id: Uuid,
     files: &[DataFile],
+    content: NewManifest,
 ) -> Result<ManifestFile> {
     // The snapshot id is part of the name: a retry never overwrites a manifest that an
     // attempt of unknown outcome may already reference.
+    let n = match content {
+        NewManifest::Data => 0,
+        NewManifest::Deletes => 1,
+    };
     let path = format!(
-        "{}/metadata/{commit_id}-{snapshot_id}-m0.avro",
+        "{}/metadata/{commit_id}-{snapshot_id}-m{n}.avro",
         metadata.location()
     );
     let builder = ManifestWriterBuilder::new(
@@ -145,10 +162,17 @@ async fn write_data_manifest(
         metadata.current_schema().clone(),
         metadata.default_partition_spec().as_ref().clone(),
     );
-    let mut writer = match metadata.format_version() {
-        FormatVersion::V1 => builder.build_v1(),
-        FormatVersion::V2 => builder.build_v2_data(),
-        FormatVersion::V3 => builder.build_v3_data(),
+    let mut writer = match (metadata.format_version(), content) {
+        (FormatVersion::V1, NewManifest::Data) => builder.build_v1(),
+        (FormatVersion::V2, NewManifest::Data) => builder.build_v2_data(),
+        (FormatVersion::V3, NewManifest::Data) => builder.build_v3_data(),
+        (FormatVersion::V1, NewManifest::Deletes) => {
+            return Err(Error::config(
+                "delete files need an Iceberg format v2 table; this one is v1",
+            ));
+        }
+        (FormatVersion::V2, NewManifest::Deletes) => builder.build_v2_deletes(),
+        (FormatVersion::V3, NewManifest::Deletes) => builder.build_v3_deletes(),
     };
     for file in files {
         // A negative sequence number leaves it to be inherited from the manifest list,
@@ -170,7 +194,7 @@ const TOTALS: [(&str, &str); 6] = [
 /// Summary properties: the collector's `added-*` figures plus running `total-*` counts.
 fn append_summary(metadata: &TableMetadata, files: &SnapshotChanges) -> Result<Summary> {
     let mut collector = SnapshotSummaryCollector::default();
-    for file in &files.data_files {
+    for file in files.data_files.iter().chain(&files.delete_files) {
         collector.add_file(
             file,
             metadata.current_schema().clone(),
@@ -204,8 +228,15 @@ fn append_summary(metadata: &TableMetadata, files: &SnapshotChanges) -> Result<S
     if let Some((writer_id, _)) = &files.offsets {
         props.insert(WRITER_ID_SUMMARY.to_string(), writer_id.clone());
     }
+    // As Iceberg's own row delta names them: deletes alone are a delete, deletes with
+    // new rows an overwrite.
+    let operation = match (files.data_files.is_empty(), files.delete_files.is_empty()) {
+        (_, true) => Operation::Append,
+        (true, false) => Operation::Delete,
+        (false, false) => Operation::Overwrite,
+    };
     Ok(Summary {
-        operation: Operation::Append,
+        operation,
         additional_properties: props,
     })
 }
@@ -300,20 +331,37 @@ pub async fn prepare_snapshot(
     let offsets = offsets_update(metadata, files, snapshot_id, sequence_number)?;
     let mut written = Vec::new();
     let mut staged = Vec::new();
-    let new_manifest = match reused {
-        Some(r) => r.data_manifest.clone(),
+    let (new_manifest, delete_manifest) = match reused {
+        Some(r) => (r.data_manifest.clone(), r.delete_manifest.clone()),
         None => {
-            let m = write_data_manifest(
+            let m = write_new_manifest(
                 metadata,
                 stage_io,
                 snapshot_id,
                 files.commit_id,
                 &files.data_files,
+                NewManifest::Data,
             )
             .await?;
             written.push(m.manifest_path.clone());
             staged.push(m.manifest_path.clone());
-            m
+            let d = if files.delete_files.is_empty() {
+                None
+            } else {
+                let d = write_new_manifest(
+                    metadata,
+                    stage_io,
+                    snapshot_id,
+                    files.commit_id,
+                    &files.delete_files,
+                    NewManifest::Deletes,
+                )
+                .await?;
+                written.push(d.manifest_path.clone());
+                staged.push(d.manifest_path.clone());
+                Some(d)
+            };
+            (m, d)
         }
     };
     let carried = current_manifests(metadata, file_io, cached).await?;
@@ -335,6 +383,7 @@ pub async fn prepare_snapshot(
     .await?;
     written.extend(merged.written);
     let mut manifests = vec![new_manifest.clone()];
+    manifests.extend(delete_manifest.clone());
     manifests.extend(merged.manifests);
 
     // The attempt is part of the name: a rebased attempt reuses the snapshot id.
@@ -430,6 +479,7 @@ pub async fn prepare_snapshot(
         rebase: Rebase {
             snapshot_id,
             data_manifest: new_manifest,
+            delete_manifest,
         },
     })
 }

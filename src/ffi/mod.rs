@@ -103,3 +103,25 @@ pub(crate) fn invalid(what: &str) -> (FloeStatus, String) {
 pub extern "C" fn floe_abi_version() -> u32 {
     FLOE_ABI_VERSION
 }
+
+/// Test builds only (feature `failpoints`): makes the next pass through failpoint `name`
+/// panic, so a test can check that the handle stays usable after a panic.
+///
+/// # Safety
+/// `name` must be a NUL-terminated string.
+#[cfg(feature = "failpoints")]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_failpoint_arm(name: *const std::ffi::c_char) -> FloeStatus {
+    if name.is_null() {
+        return FloeStatus::InvalidArgument;
+    }
+    // SAFETY: the caller passes a NUL-terminated string.
+    let name = unsafe { std::ffi::CStr::from_ptr(name) };
+    match name.to_str() {
+        Ok(name) => {
+            crate::failpoint::armed::arm(name);
+            FloeStatus::Ok
+        }
+        Err(_) => FloeStatus::InvalidArgument,
+    }
+}

@@ -6,12 +6,17 @@
 //! properties, then floe's defaults) and fans rows out by partition.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use iceberg::arrow::RecordBatchPartitionSplitter;
+use iceberg::arrow::arrow_schema_to_schema;
 use iceberg::io::FileIO;
 use iceberg::spec::{DataFile, DataFileFormat, TableMetadata};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::base_writer::equality_delete_writer::{
+    EqualityDeleteFileWriterBuilder, EqualityDeleteWriterConfig,
+};
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
     DefaultFileNameGenerator, DefaultLocationGenerator,
@@ -24,6 +29,7 @@ use parquet::schema::types::ColumnPath;
 
 use crate::config::{Compression, ParquetConfig, StringEncoding};
 use crate::error::{Error, Result};
+use crate::rowops::KeyColumns;
 
 /// Default zstd level: level 1 keeps encoding off the critical path of a stream writer
 /// while still compressing typical event data 3–5×.
@@ -223,6 +229,53 @@ pub async fn write_data_files(
     }
     let mut files = Vec::new();
     for mut writer in writers {
+        files.extend(writer.close().await?);
+    }
+    Ok(files)
+}
+
+/// Writes `keys` (a batch in the key schema) as equality-delete files on the key's field
+/// ids, fanned out like data files: a table partitioned by key columns gets one delete
+/// file per partition, so a delete applies only where its key's rows can be.
+pub async fn write_equality_delete_files(
+    keys: &RecordBatch,
+    key_columns: &KeyColumns,
+    metadata: &TableMetadata,
+    file_io: &FileIO,
+    settings: &FileSettings,
+) -> Result<Vec<DataFile>> {
+    if keys.num_rows() == 0 {
+        return Ok(Vec::new());
+    }
+    let schema = key_columns.schema.clone();
+    let config = EqualityDeleteWriterConfig::new(key_columns.field_ids.clone(), schema.clone())?;
+    let delete_schema = Arc::new(arrow_schema_to_schema(config.projected_arrow_schema_ref())?);
+    let parquet = ParquetWriterBuilder::new(settings.properties.clone(), delete_schema);
+    let names = DefaultFileNameGenerator::new(
+        format!("00000-{}-deletes", uuid::Uuid::new_v4()),
+        None,
+        DataFileFormat::Parquet,
+    );
+    let rolling = RollingFileWriterBuilder::new(
+        parquet,
+        settings.target_file_size,
+        file_io.clone(),
+        DefaultLocationGenerator::new(metadata)?,
+        names,
+    );
+    let builder = EqualityDeleteFileWriterBuilder::new(rolling, config);
+    let spec = metadata.default_partition_spec();
+    if spec.is_unpartitioned() {
+        let mut writer = builder.build(None).await?;
+        writer.write(keys.clone()).await?;
+        return Ok(writer.close().await?);
+    }
+    let splitter =
+        RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?;
+    let mut files = Vec::new();
+    for (key, part) in splitter.split(keys)? {
+        let mut writer = builder.build(Some(key)).await?;
+        writer.write(part).await?;
         files.extend(writer.close().await?);
     }
     Ok(files)

@@ -1,0 +1,242 @@
+//! The key of a keyed table: which columns, checked once per schema, and how a batch's
+//! key values become comparable rows.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_row::{RowConverter, Rows, SortField};
+use arrow_schema::SchemaRef;
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+
+use crate::error::{Error, Result};
+
+/// The identifier columns of a table, in key order.
+#[derive(Debug, Clone)]
+pub struct KeyColumns {
+    /// Iceberg field ids (the equality ids of delete files).
+    pub field_ids: Vec<i32>,
+    pub names: Vec<String>,
+    /// Positions of the key columns among the table's top-level columns.
+    positions: Vec<usize>,
+    /// The key columns alone: delete files are written in this schema, and delete
+    /// messages are shredded against it.
+    pub schema: Arc<Schema>,
+    pub arrow: SchemaRef,
+}
+
+impl KeyColumns {
+    /// The key of a table with `schema`: the `configured` column names, else the schema's
+    /// identifier fields; `None` when there are neither.
+    pub fn for_table(schema: &Schema, configured: &[String]) -> Result<Option<KeyColumns>> {
+        let top = schema.as_struct().fields();
+        let positions: Vec<usize> = if configured.is_empty() {
+            let ids: Vec<i32> = schema.identifier_field_ids().collect();
+            if ids.is_empty() {
+                return Ok(None);
+            }
+            let mut positions = Vec::new();
+            for id in ids {
+                let at = top.iter().position(|f| f.id == id).ok_or_else(|| {
+                    Error::config(format!(
+                        "the table's identifier field {id} is not a top-level column; floe \
+                         matches keys on top-level columns only (set identifier_fields)"
+                    ))
+                })?;
+                positions.push(at);
+            }
+            positions
+        } else {
+            let mut positions = Vec::new();
+            let missing: Vec<&str> = configured
+                .iter()
+                .filter(|name| !top.iter().any(|f| &f.name == *name))
+                .map(String::as_str)
+                .collect();
+            if !missing.is_empty() {
+                let columns: Vec<&str> = top.iter().map(|f| f.name.as_str()).collect();
+                return Err(Error::config(format!(
+                    "identifier_fields: no top-level column named {} (the table has {})",
+                    missing.join(", "),
+                    columns.join(", ")
+                )));
+            }
+            for name in configured {
+                let at = top.iter().position(|f| &f.name == name).expect("checked");
+                if positions.contains(&at) {
+                    return Err(Error::config(format!(
+                        "identifier_fields names {name:?} twice"
+                    )));
+                }
+                positions.push(at);
+            }
+            positions
+        };
+        let fields: Vec<_> = positions.iter().map(|&i| top[i].clone()).collect();
+        for f in &fields {
+            check_key_type(&f.name, &f.field_type)?;
+        }
+        let key_schema = Schema::builder()
+            .with_fields(fields.clone())
+            .build()
+            .map_err(Error::from)?;
+        let arrow =
+            Arc::new(iceberg::arrow::schema_to_arrow_schema(&key_schema).map_err(Error::from)?);
+        Ok(Some(KeyColumns {
+            field_ids: fields.iter().map(|f| f.id).collect(),
+            names: fields.iter().map(|f| f.name.clone()).collect(),
+            positions,
+            schema: Arc::new(key_schema),
+            arrow,
+        }))
+    }
+
+    /// A converter whose rows compare key values by type and value.
+    pub fn converter(&self) -> Result<RowConverter> {
+        let fields = self
+            .arrow
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        RowConverter::new(fields).map_err(|e| Error::internal(format!("key converter: {e}")))
+    }
+
+    /// The key columns of a batch in the table's schema, as a batch in the key schema.
+    pub fn project(&self, data: &RecordBatch) -> Result<RecordBatch> {
+        let columns: Vec<ArrayRef> = self
+            .positions
+            .iter()
+            .map(|&i| data.column(i).clone())
+            .collect();
+        RecordBatch::try_new(self.arrow.clone(), columns)
+            .map_err(|e| Error::internal(format!("projecting key columns: {e}")))
+    }
+
+    /// The rows of a batch in the key schema.
+    pub fn rows(&self, converter: &RowConverter, keys: &RecordBatch) -> Result<Rows> {
+        converter
+            .convert_columns(keys.columns())
+            .map_err(|e| Error::internal(format!("encoding keys: {e}")))
+    }
+
+    /// For each row of a batch in the key schema, the first key column that is null.
+    pub fn null_column(&self, keys: &RecordBatch, row: usize) -> Option<&str> {
+        keys.columns()
+            .iter()
+            .zip(&self.names)
+            .find(|(c, _)| c.is_null(row))
+            .map(|(_, name)| name.as_str())
+    }
+}
+
+/// Identifier fields must be primitive and not floating point (the Iceberg spec: their
+/// equality is exact).
+fn check_key_type(name: &str, ty: &Type) -> Result<()> {
+    match ty {
+        Type::Primitive(PrimitiveType::Float | PrimitiveType::Double) => {
+            Err(Error::config(format!(
+                "identifier field {name:?} is floating point; keys must compare exactly \
+                 (use a long, decimal or string column)"
+            )))
+        }
+        Type::Primitive(_) => Ok(()),
+        _ => Err(Error::config(format!(
+            "identifier field {name:?} is a {ty} column; keys must be primitive columns"
+        ))),
+    }
+}
+
+/// `schema` with the `names` columns as its identifier fields (made required), for a
+/// table floe creates.
+pub fn with_identifier_fields(schema: Schema, names: &[String]) -> Result<Schema> {
+    if names.is_empty() {
+        return Ok(schema);
+    }
+    let mut ids = Vec::new();
+    let mut fields = Vec::new();
+    for f in schema.as_struct().fields() {
+        if names.contains(&f.name) {
+            check_key_type(&f.name, &f.field_type)?;
+            ids.push(f.id);
+            let mut required: NestedField = f.as_ref().clone();
+            required.required = true;
+            fields.push(Arc::new(required));
+        } else {
+            fields.push(f.clone());
+        }
+    }
+    if let Some(missing) = names
+        .iter()
+        .find(|n| !schema.as_struct().fields().iter().any(|f| &&f.name == n))
+    {
+        return Err(Error::config(format!(
+            "identifier_fields: {missing:?} is not a top-level column of the new table \
+             (is it missing from the first messages, or from schema_evolution.schema?)"
+        )));
+    }
+    Schema::builder()
+        .with_schema_id(schema.schema_id())
+        .with_fields(fields)
+        .with_identifier_field_ids(ids)
+        .build()
+        .map_err(Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int64Array, StringArray};
+
+    fn schema(json: &str) -> Schema {
+        serde_json::from_str(json).unwrap()
+    }
+
+    const TABLE: &str = r#"{"type":"struct","schema-id":0,"fields":[
+        {"id":1,"name":"id","required":false,"type":"long"},
+        {"id":2,"name":"name","required":false,"type":"string"},
+        {"id":3,"name":"score","required":false,"type":"double"}]}"#;
+
+    #[test]
+    fn configured_names_are_checked() {
+        let s = schema(TABLE);
+        let k = KeyColumns::for_table(&s, &["name".into(), "id".into()])
+            .unwrap()
+            .unwrap();
+        assert_eq!(k.field_ids, vec![2, 1]);
+        let e = KeyColumns::for_table(&s, &["nope".into()]).unwrap_err();
+        assert!(e.to_string().contains("nope") && e.to_string().contains("id, name, score"));
+        let e = KeyColumns::for_table(&s, &["score".into()]).unwrap_err();
+        assert!(e.to_string().contains("floating point"), "{e}");
+        assert!(KeyColumns::for_table(&s, &[]).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_created_table_registers_required_identifier_fields() {
+        let s = with_identifier_fields(schema(TABLE), &["id".into()]).unwrap();
+        assert_eq!(s.identifier_field_ids().collect::<Vec<_>>(), vec![1]);
+        assert!(s.field_by_id(1).unwrap().required);
+        let k = KeyColumns::for_table(&s, &[]).unwrap().unwrap();
+        assert_eq!(k.names, vec!["id"]);
+    }
+
+    #[test]
+    fn equal_keys_encode_equally_and_nulls_are_found() {
+        let s = schema(TABLE);
+        let k = KeyColumns::for_table(&s, &["id".into(), "name".into()])
+            .unwrap()
+            .unwrap();
+        let batch = RecordBatch::try_new(
+            k.arrow.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![Some(1), Some(1), Some(2)])),
+                Arc::new(StringArray::from(vec![Some("a"), Some("a"), None])),
+            ],
+        )
+        .unwrap();
+        let converter = k.converter().unwrap();
+        let rows = k.rows(&converter, &batch).unwrap();
+        assert_eq!(rows.row(0), rows.row(1));
+        assert_eq!(k.null_column(&batch, 2), Some("name"));
+        assert_eq!(k.null_column(&batch, 0), None);
+    }
+}
