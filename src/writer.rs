@@ -383,7 +383,7 @@ impl Writer {
         for &pos in &plan.write {
             let op = row_op(&messages[idx[pos]]);
             if op != RowOp::Insert && view.keys.is_none() {
-                failures.push((pos, no_key(idx[pos], op)));
+                failures.push((pos, no_key(idx[pos], op, view.key_problem.as_deref())));
             } else if op.writes_row() {
                 rows_at.push(pos);
             } else {
@@ -725,15 +725,25 @@ fn row_op(m: &Message<'_>) -> RowOp {
     RowOp::parse(m.operation).unwrap_or(RowOp::Insert)
 }
 
-fn no_key(index: usize, op: RowOp) -> Error {
-    Error::new(
-        ErrorKind::Data,
-        format!(
-            "message {index}: row_operation {} needs a key, but the table has no identifier \
-             fields and identifier_fields is not configured",
-            op.name()
+/// An upsert or delete on a table without a usable key. Without any key it is a
+/// mistake in the pipeline (the message's fault, so it can be dead-lettered); with a key
+/// the table cannot use right now (it changed shape, or another tool's key does not suit
+/// merge-on-read) it is not the message's fault, and it is retried.
+fn no_key(index: usize, op: RowOp, problem: Option<&str>) -> Error {
+    match problem {
+        None => Error::new(
+            ErrorKind::Data,
+            format!(
+                "message {index}: row_operation {} needs a key, but the table has no \
+                 identifier fields and identifier_fields is not configured",
+                op.name()
+            ),
         ),
-    )
+        Some(problem) => Error::config(format!(
+            "message {index}: row_operation {} cannot use the table's key: {problem}",
+            op.name()
+        )),
+    }
 }
 
 fn null_key(index: usize, op: RowOp, column: &str) -> Error {

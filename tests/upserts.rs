@@ -6,10 +6,14 @@ mod support;
 
 use std::collections::BTreeMap;
 
+use floe::catalog::table_ident;
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use futures::TryStreamExt;
+use iceberg::TableUpdate;
+use iceberg::spec::{ManifestContentType, ManifestList, Transform, UnboundPartitionSpec};
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use support::{merge, read_back, runtime, services};
 
 /// A small deterministic generator (xorshift64*), so a failure replays exactly.
@@ -93,6 +97,21 @@ fn rows_of(out: &Value) -> Vec<Value> {
 
 /// The table as iceberg-rust's scan reads it (it applies equality deletes too).
 fn scanned(rt: &tokio::runtime::Runtime, writer: &Writer, io: &floe::config::Config) -> Vec<Value> {
+    let mut rows: Vec<Value> = scan_columns(rt, writer, io, &["tenant", "id", "v"])
+        .into_iter()
+        .map(|r| json!([r["tenant"], r["id"], r["v"]]))
+        .collect();
+    rows.sort_by_key(|r| r.to_string());
+    rows
+}
+
+/// Table `up.t` as iceberg-rust's scan reads it: `columns` of each row, as JSON objects.
+fn scan_columns(
+    rt: &tokio::runtime::Runtime,
+    writer: &Writer,
+    io: &floe::config::Config,
+    columns: &[&str],
+) -> Vec<Value> {
     let ident = floe::catalog::table_ident("up", "t").unwrap();
     let loaded = rt
         .block_on(writer.catalog().load_table(&ident))
@@ -111,7 +130,7 @@ fn scanned(rt: &tokio::runtime::Runtime, writer: &Writer, io: &floe::config::Con
     let batches: Vec<arrow_array::RecordBatch> = rt.block_on(async {
         table
             .scan()
-            .select(["tenant", "id", "v"])
+            .select(columns.iter().copied())
             .build()
             .unwrap()
             .to_arrow()
@@ -127,17 +146,10 @@ fn scanned(rt: &tokio::runtime::Runtime, writer: &Writer, io: &floe::config::Con
         let mut w = arrow_json::ArrayWriter::new(&mut buf);
         w.write(&b).unwrap();
         w.finish().unwrap();
-        if buf.is_empty() {
-            continue;
+        if !buf.is_empty() {
+            rows.extend(serde_json::from_slice::<Vec<Value>>(&buf).unwrap());
         }
-        let objects: Vec<Value> = serde_json::from_slice(&buf).unwrap();
-        rows.extend(
-            objects
-                .into_iter()
-                .map(|r| json!([r["tenant"], r["id"], r["v"]])),
-        );
     }
-    rows.sort_by_key(|r| r.to_string());
     rows
 }
 
@@ -322,4 +334,336 @@ fn a_missing_identifier_field_is_a_config_error_naming_it() {
     let e = rt.block_on(writer.write_batch(&msg)).unwrap_err();
     assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
     assert!(e.to_string().contains("user_id"), "{e}");
+}
+
+/// Every key type merge-on-read takes, each key spelled two ways: the second upsert
+/// replaces the first. (uuid keys are refused: see `uuid_keys_are_refused_clearly`.)
+#[test]
+fn keys_of_every_type_match_by_typed_value() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "ts", "required": true, "type": "timestamptz"},
+        {"id": 2, "name": "amount", "required": true, "type": "decimal(10, 2)"},
+        {"id": 3, "name": "flag", "required": true, "type": "boolean"},
+        {"id": 4, "name": "day", "required": true, "type": "date"},
+        {"id": 5, "name": "u", "required": true, "type": "uuid"},
+        {"id": 6, "name": "s", "required": true, "type": "string"},
+        {"id": 7, "name": "n", "required": true, "type": "long"},
+        {"id": 8, "name": "v", "required": false, "type": "string"}
+    ]});
+    let cfg = json!({
+        "catalog": {"warehouse": dir.path().join("wh").to_str().unwrap()},
+        "namespace": "up", "table": "t",
+        "identifier_fields": ["ts", "amount", "flag", "day", "s", "n"],
+        "schema_evolution": {"enabled": true, "schema": schema},
+    });
+    let config = Config::from_json(&cfg.to_string()).unwrap();
+    let writer = rt.block_on(Writer::open(config.clone())).unwrap();
+    // Read back by iceberg-rust's scan (DuckDB reads the other tests' tables).
+    let values = || {
+        let mut v: Vec<Value> = scan_columns(&rt, &writer, &config, &["v"])
+            .into_iter()
+            .map(|r| r["v"].clone())
+            .collect();
+        v.sort_by_key(|x| x.to_string());
+        v
+    };
+    let first = r#"{"ts":"2026-01-01T10:00:00Z","amount":"12.30","flag":true,"day":"2026-01-01","u":"1b4e28ba-2fa1-11d2-883f-0016d3cca427","s":"k","n":7,"v":"first"}"#;
+    let second = r#"{"ts":"2026-01-01T11:00:00+01:00","amount":12.3,"flag":true,"day":"2026-01-01","u":"1B4E28BA-2FA1-11D2-883F-0016D3CCA427","s":"k","n":7.0,"v":"second"}"#;
+    let other = r#"{"ts":1767261600000,"amount":"12.31","flag":false,"day":"2026-01-02","u":"1b4e28ba-2fa1-11d2-883f-0016d3cca428","s":"k2","n":8,"v":"other"}"#;
+    // Each in its own commit, so the second's deletes must find the first's row.
+    for text in [first, other, second] {
+        let m = [Message {
+            operation: Some("upsert"),
+            ..Message::insert(text.as_bytes())
+        }];
+        let out = rt.block_on(writer.write_batch(&m)).unwrap();
+        assert!(out.failures[0].is_none(), "{:?}", out.failures);
+    }
+    assert_eq!(values(), vec![json!("other"), json!("second")]);
+    // Deleting with a third spelling removes it.
+    let third = r#"{"ts":1767261600000,"amount":"12.300","flag":true,"day":"2026-01-01","u":"1b4e28ba2fa111d2883f0016d3cca427","s":"k","n":7}"#;
+    let m = [Message {
+        operation: Some("delete"),
+        ..Message::insert(third.as_bytes())
+    }];
+    let out = rt.block_on(writer.write_batch(&m)).unwrap();
+    assert!(out.failures[0].is_none(), "{:?}", out.failures);
+    assert_eq!(values(), vec![json!("other")]);
+}
+
+// Found by an attack on the commit path (review of the merge-on-read change).
+
+fn embedded(dir: &std::path::Path, extra: Value) -> Config {
+    let mut cfg = json!({
+        "catalog": {"warehouse": dir.join("wh").to_str().unwrap()},
+        "namespace": "up", "table": "t",
+        "identifier_fields": ["tenant", "id"],
+        "schema_evolution": {"enabled": true, "schema": schema()},
+    });
+    merge(&mut cfg, extra);
+    Config::from_json(&cfg.to_string()).unwrap()
+}
+
+/// One call; every message must commit.
+fn call(rt: &tokio::runtime::Runtime, writer: &Writer, ops: &[(&str, &str)]) {
+    let messages: Vec<Message<'_>> = ops
+        .iter()
+        .map(|(op, payload)| Message {
+            operation: Some(op),
+            ..Message::insert(payload.as_bytes())
+        })
+        .collect();
+    let out = rt.block_on(writer.write_batch(&messages)).unwrap();
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+}
+
+/// The head's manifest list: no path twice, every manifest readable, and each file's
+/// `content` matches what the list says.
+fn head_manifests_are_sound(rt: &tokio::runtime::Runtime, writer: &Writer, config: &Config) {
+    let ident = table_ident("up", "t").unwrap();
+    let t = rt
+        .block_on(writer.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let mut props = floe::storage::file_io_props(&config.storage);
+    props.extend(t.io_props.clone());
+    let io = floe::storage::build_file_io(props);
+    let snapshot = t.metadata.current_snapshot().unwrap();
+    rt.block_on(async {
+        let bytes = io
+            .new_input(snapshot.manifest_list())
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        let list = ManifestList::parse_with_version(&bytes, t.metadata.format_version()).unwrap();
+        let mut paths: Vec<&str> = list
+            .entries()
+            .iter()
+            .map(|m| m.manifest_path.as_str())
+            .collect();
+        paths.sort();
+        let before = paths.len();
+        paths.dedup();
+        assert_eq!(before, paths.len(), "a manifest path is listed twice");
+        for m in list.entries() {
+            let manifest = m
+                .load_manifest(&io)
+                .await
+                .unwrap_or_else(|e| panic!("manifest {} unreadable: {e}", m.manifest_path));
+            for e in manifest.entries() {
+                let is_delete =
+                    e.data_file().content_type() != iceberg::spec::DataContentType::Data;
+                assert_eq!(
+                    is_delete,
+                    m.content == ManifestContentType::Deletes,
+                    "{} holds files of the wrong content",
+                    m.manifest_path
+                );
+            }
+        }
+    });
+}
+
+/// A definitely refused first attempt (conflict / 429) puts the delete manifest
+/// (m1) into `refused`; the rebased attempt reuses it and lands; `delete_unreferenced`
+/// then deletes it. The head references a missing delete manifest.
+#[test]
+fn a_rebased_upsert_keeps_its_delete_manifest() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(dir.path(), json!({}));
+    let a = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &a, &[("upsert", r#"{"tenant":"t","id":1,"v":"a1"}"#)]);
+    // Another writer moves the head: A's view is now stale.
+    let b = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &b, &[("insert", r#"{"tenant":"t","id":2,"v":"b"}"#)]);
+    // A's first attempt conflicts (RefSnapshotIdMatch), the rebase lands.
+    call(&rt, &a, &[("upsert", r#"{"tenant":"t","id":1,"v":"a2"}"#)]);
+    head_manifests_are_sound(&rt, &a, &config);
+    let mut model = Model::new();
+    model.insert(("t".into(), 1), vec!["a2".into()]);
+    model.insert(("t".into(), 2), vec!["b".into()]);
+    assert_eq!(scanned(&rt, &a, &config), expected(&model));
+}
+
+/// The delete manifest is `<commit>-<snap>-m1.avro`, and so is the first merged
+/// manifest (`merge.rs`: `m{n + 1}` with n = 0). In a commit that both merges and
+/// deletes, the staged delete manifest is uploaded over the merged data manifest and the
+/// list names the path twice: every row of the merged manifests disappears.
+#[test]
+fn merging_manifests_in_an_upsert_commit_loses_no_rows() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(dir.path(), json!({}));
+    let first = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(
+        &rt,
+        &first,
+        &[("insert", r#"{"tenant":"t","id":0,"v":"x"}"#)],
+    );
+    let ident = table_ident("up", "t").unwrap();
+    rt.block_on(writer_props(
+        &first,
+        &ident,
+        HashMap::from([(
+            "commit.manifest.min-count-to-merge".to_string(),
+            "2".to_string(),
+        )]),
+    ));
+    drop(first);
+    let writer = rt.block_on(Writer::open(config.clone())).unwrap();
+    let mut model = Model::new();
+    model.insert(("t".into(), 0), vec!["x".into()]);
+    for i in 1..=4i64 {
+        let payload = format!(r#"{{"tenant":"t","id":{i},"v":"u{i}"}}"#);
+        call(&rt, &writer, &[("upsert", payload.as_str())]);
+        model.insert(("t".into(), i), vec![format!("u{i}")]);
+        head_manifests_are_sound(&rt, &writer, &config);
+        assert_eq!(
+            scanned(&rt, &writer, &config),
+            expected(&model),
+            "after upsert {i}"
+        );
+    }
+}
+
+async fn writer_props(
+    writer: &Writer,
+    ident: &iceberg::TableIdent,
+    updates: HashMap<String, String>,
+) {
+    writer
+        .catalog()
+        .commit(ident, vec![], vec![TableUpdate::SetProperties { updates }])
+        .await
+        .unwrap();
+}
+
+/// Deletes are partitioned by the default spec only, and rows written under an earlier
+/// spec (here: unpartitioned) would never be matched (Iceberg: a partitioned equality
+/// delete applies only to data files of the same spec id and partition).
+#[test]
+fn upserts_after_partition_evolution_replace_old_rows_or_refuse() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(dir.path(), json!({}));
+    let first = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(
+        &rt,
+        &first,
+        &[
+            ("insert", r#"{"tenant":"t","id":1,"v":"old"}"#),
+            ("insert", r#"{"tenant":"t","id":2,"v":"old"}"#),
+        ],
+    );
+    let ident = table_ident("up", "t").unwrap();
+    // Another tool adds bucket(4, id): derived from the key, so check_merge_on_read accepts it.
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(2, "id_bucket", Transform::Bucket(4))
+        .unwrap()
+        .build();
+    rt.block_on(first.catalog().commit(
+        &ident,
+        vec![],
+        vec![
+            TableUpdate::AddSpec { spec },
+            TableUpdate::SetDefaultSpec { spec_id: -1 },
+        ],
+    ))
+    .unwrap();
+    drop(first);
+    let writer = rt.block_on(Writer::open(config.clone())).unwrap();
+    // Deletes for the new spec would not reach the rows of the old one: refused, clearly,
+    // and nothing changes.
+    let messages = [
+        Message {
+            operation: Some("upsert"),
+            ..Message::insert(br#"{"tenant":"t","id":1,"v":"new"}"#)
+        },
+        Message {
+            operation: Some("delete"),
+            ..Message::insert(br#"{"tenant":"t","id":2}"#)
+        },
+    ];
+    let e = rt.block_on(writer.write_batch(&messages)).unwrap_err();
+    assert!(e.to_string().contains("partition spec"), "{e}");
+    let mut model = Model::new();
+    model.insert(("t".into(), 1), vec!["old".into()]);
+    model.insert(("t".into(), 2), vec!["old".into()]);
+    assert_eq!(scanned(&rt, &writer, &config), expected(&model));
+    // Inserts still work.
+    call(
+        &rt,
+        &writer,
+        &[("insert", r#"{"tenant":"t","id":3,"v":"new"}"#)],
+    );
+}
+
+/// A table that carries identifier fields (set by another tool) but is
+/// partitioned by a non-key column can no longer take plain inserts: TableView::new runs
+/// check_merge_on_read whenever a key exists, even though no message upserts.
+#[test]
+fn inserts_into_a_keyed_table_partitioned_by_another_column_still_work() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let mut keyed = schema();
+    keyed["identifier-field-ids"] = json!([1, 2]);
+    let config = embedded(
+        dir.path(),
+        json!({
+            "identifier_fields": [],
+            "schema_evolution": {"schema": keyed, "partition_spec": "(v)"},
+        }),
+    );
+    let writer = rt.block_on(Writer::open(config.clone())).unwrap();
+    let msgs = [Message::insert(br#"{"tenant":"t","id":1,"v":"a"}"#)];
+    // Inserts never needed the key.
+    let out = rt.block_on(writer.write_batch(&msgs)).unwrap();
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    // An upsert cannot use that key: it fails with the reason, not as the message's
+    // fault (a host retries it instead of dead-lettering it).
+    let upsert = [Message {
+        operation: Some("upsert"),
+        ..Message::insert(br#"{"tenant":"t","id":1,"v":"b"}"#)
+    }];
+    let out = rt.block_on(writer.write_batch(&upsert)).unwrap();
+    let e = out.failures[0].as_ref().expect("the upsert fails");
+    assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
+    assert!(e.to_string().contains("partitioned by"), "{e}");
+}
+
+/// Neither DuckDB 1.5.5 nor iceberg-rust 0.10.1 applies equality deletes on a uuid column
+/// (internal error / "can't convert fixed(16) to uuid"): refused at open, by name.
+#[test]
+fn uuid_keys_are_refused_clearly() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = json!({
+        "catalog": {"warehouse": dir.path().join("wh").to_str().unwrap()},
+        "namespace": "up", "table": "t",
+        "identifier_fields": ["u"],
+        "schema_evolution": {"enabled": true, "schema": {"type": "struct", "schema-id": 0,
+            "fields": [{"id": 1, "name": "u", "required": true, "type": "uuid"}]}},
+    });
+    let writer = rt
+        .block_on(Writer::open(Config::from_json(&cfg.to_string()).unwrap()))
+        .unwrap();
+    let m = [Message {
+        operation: Some("upsert"),
+        ..Message::insert(br#"{"u":"1b4e28ba-2fa1-11d2-883f-0016d3cca427"}"#)
+    }];
+    let e = rt.block_on(writer.write_batch(&m)).unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
+    assert!(e.to_string().contains("\"u\" is a uuid"), "{e}");
 }

@@ -77,19 +77,31 @@ pub struct TableView {
     pub merge: MergePolicy,
     /// The key upserts and deletes match by; `None` for a table without one.
     pub keys: Option<Arc<KeyColumns>>,
+    /// Why the table's own identifier fields cannot serve as the key (upserts and deletes
+    /// then fail with this reason; inserts are unaffected).
+    pub key_problem: Option<String>,
 }
 
 impl TableView {
     pub fn new(table: LoadedTable, file_io: FileIO, options: &CommitterOptions) -> Result<Self> {
         let keys =
-            KeyColumns::for_table(table.metadata.current_schema(), &options.identifier_fields)?;
-        if let Some(keys) = &keys {
-            check_merge_on_read(&table.metadata, keys)?;
-        }
+            KeyColumns::for_table(table.metadata.current_schema(), &options.identifier_fields)
+                .and_then(|keys| match &keys {
+                    Some(k) => check_merge_on_read(&table.metadata, k).map(|()| keys),
+                    None => Ok(None),
+                });
+        // A configured key must work; a key the table brings (set by another tool) only
+        // matters once a message upserts or deletes, so inserts go on without it.
+        let (keys, key_problem) = match keys {
+            Ok(keys) => (keys.map(Arc::new), None),
+            Err(e) if options.identifier_fields.is_empty() => (None, Some(e.to_string())),
+            Err(e) => return Err(e),
+        };
         Ok(TableView {
             settings: file_settings(&options.parquet, &table.metadata)?,
             merge: MergePolicy::for_table(options.manifest_merge, &table.metadata)?,
-            keys: keys.map(Arc::new),
+            keys,
+            key_problem,
             table,
             file_io,
         })
@@ -107,6 +119,22 @@ fn check_merge_on_read(metadata: &TableMetadata, keys: &KeyColumns) -> Result<()
         return Err(Error::config(
             "upserts and deletes (merge-on-read) need an Iceberg format v2 table; this one is v1",
         ));
+    }
+    let schema = metadata.current_schema();
+    if let Some(name) = keys
+        .field_ids
+        .iter()
+        .zip(&keys.names)
+        .find_map(|(&id, name)| {
+            let uuid = iceberg::spec::Type::Primitive(iceberg::spec::PrimitiveType::Uuid);
+            (schema.field_by_id(id).map(|f| f.field_type.as_ref()) == Some(&uuid)).then_some(name)
+        })
+    {
+        return Err(Error::config(format!(
+            "identifier field {name:?} is a uuid: equality deletes on uuid columns are not \
+             applied correctly by the readers floe is tested with (DuckDB 1.5.5 and \
+             iceberg-rust 0.10.1 both fail), so merge-on-read refuses uuid keys"
+        )));
     }
     let spec = metadata.default_partition_spec();
     if let Some(field) = spec
@@ -818,6 +846,7 @@ impl CommitStage {
                 settings: current.settings.clone(),
                 merge: current.merge,
                 keys: current.keys.clone(),
+                key_problem: current.key_problem.clone(),
             }
         } else {
             match TableView::new(table.clone(), current.file_io.clone(), &self.options) {
@@ -825,18 +854,16 @@ impl CommitStage {
                 // The head must move on regardless, or every later commit would conflict.
                 Err(e) => {
                     tracing::warn!("table properties unusable, keeping the previous settings: {e}");
-                    // Key positions of another schema would pick the wrong columns:
-                    // upserts fail (per message) until the key is valid again.
-                    let keys = current.keys.clone().filter(|_| {
-                        current.table.metadata.current_schema_id()
-                            == table.metadata.current_schema_id()
-                    });
+                    // The key was checked against the previous schema and spec: upserts
+                    // and deletes wait (failing with this reason, not as the messages'
+                    // fault) until the table is usable again.
                     TableView {
                         table,
                         file_io: current.file_io.clone(),
                         settings: current.settings.clone(),
                         merge: current.merge,
-                        keys,
+                        keys: None,
+                        key_problem: Some(e.to_string()),
                     }
                 }
             }
@@ -1108,14 +1135,14 @@ impl CommitStage {
                         transient += 1;
                     } else {
                         // Definitely refused: its manifest list (and merged manifests)
-                        // are garbage once a later attempt lands; its data manifest is
-                        // reused.
-                        let data_manifest = &prepared.rebase.data_manifest.manifest_path;
+                        // are garbage once a later attempt lands; its new data and delete
+                        // manifests are reused.
+                        let reused = prepared.rebase.reused_paths();
                         refused.extend(
                             prepared
                                 .written
                                 .iter()
-                                .filter(|p| *p != data_manifest)
+                                .filter(|p| !reused.contains(&p.as_str()))
                                 .cloned(),
                         );
                         rebase = Some(prepared.rebase);

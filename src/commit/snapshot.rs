@@ -18,9 +18,10 @@ use std::collections::HashMap;
 
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataFile, FormatVersion, MAIN_BRANCH, ManifestFile, ManifestList, ManifestListWriter,
-    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
-    SnapshotSummaryCollector, Summary, TableMetadata, UNASSIGNED_SEQUENCE_NUMBER,
+    DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestList,
+    ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
+    SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata,
+    UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::{TableRequirement, TableUpdate};
 use uuid::Uuid;
@@ -70,6 +71,16 @@ pub struct Rebase {
     pub snapshot_id: i64,
     pub data_manifest: ManifestFile,
     pub delete_manifest: Option<ManifestFile>,
+}
+
+impl Rebase {
+    /// The files a rebased attempt reuses: never cleaned up with the refused attempt.
+    pub fn reused_paths(&self) -> Vec<&str> {
+        std::iter::once(&self.data_manifest)
+            .chain(&self.delete_manifest)
+            .map(|m| m.manifest_path.as_str())
+            .collect()
+    }
 }
 
 /// The manifests of a manifest list this writer wrote, so the next commit on top of it
@@ -131,7 +142,7 @@ async fn current_manifests(
     Ok(list.entries().to_vec())
 }
 
-/// Which manifest: the new data files (`m0`) or the new delete files (`m1`).
+/// Which manifest: the new data files or the new delete files.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum NewManifest {
     Data,
@@ -148,12 +159,13 @@ async fn write_new_manifest(
 ) -> Result<ManifestFile> {
     // The snapshot id is part of the name: a retry never overwrites a manifest that an
     // attempt of unknown outcome may already reference.
-    let n = match content {
-        NewManifest::Data => 0,
-        NewManifest::Deletes => 1,
+    // `m0` and `d0`: merged manifests are numbered `m1`, `m2`, … (merge.rs).
+    let name = match content {
+        NewManifest::Data => "m0",
+        NewManifest::Deletes => "d0",
     };
     let path = format!(
-        "{}/metadata/{commit_id}-{snapshot_id}-m{n}.avro",
+        "{}/metadata/{commit_id}-{snapshot_id}-{name}.avro",
         metadata.location()
     );
     let builder = ManifestWriterBuilder::new(
@@ -239,6 +251,28 @@ fn append_summary(metadata: &TableMetadata, files: &SnapshotChanges) -> Result<S
         operation,
         additional_properties: props,
     })
+}
+
+/// Equality deletes written for the current partition spec apply only to data files of
+/// that spec (Iceberg scopes partitioned deletes by spec and partition), so rows written
+/// under an earlier spec would survive an upsert. Refused until floe writes deletes per
+/// spec.
+fn refuse_deletes_across_specs(carried: &[ManifestFile], spec_id: i32) -> Result<()> {
+    let other = carried.iter().find(|m| {
+        m.content == ManifestContentType::Data
+            && m.partition_spec_id != spec_id
+            && (m.added_files_count.unwrap_or(1) > 0 || m.existing_files_count.unwrap_or(1) > 0)
+    });
+    match other {
+        None => Ok(()),
+        Some(m) => Err(Error::config(format!(
+            "the table holds data files written under partition spec {} (the current one is \
+             {spec_id}); merge-on-read deletes for the current spec would not reach them, so \
+             upserts and deletes are refused on this table (rewrite its data under the current \
+             spec first)",
+            m.partition_spec_id
+        ))),
+    }
 }
 
 /// Exactly-once: the writer's record after this commit (the head's record plus this
@@ -365,6 +399,9 @@ pub async fn prepare_snapshot(
         }
     };
     let carried = current_manifests(metadata, file_io, cached).await?;
+    if !files.delete_files.is_empty() {
+        refuse_deletes_across_specs(&carried, files.spec_id)?;
+    }
     // A rebase only carries the new head's manifests: merging again would rewrite them
     // on every conflict; the next commit merges.
     let merge = if reused.is_some() {

@@ -6,11 +6,9 @@
 //! properties, then floe's defaults) and fans rows out by partition.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use iceberg::arrow::RecordBatchPartitionSplitter;
-use iceberg::arrow::arrow_schema_to_schema;
 use iceberg::io::FileIO;
 use iceberg::spec::{DataFile, DataFileFormat, TableMetadata};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
@@ -249,8 +247,9 @@ pub async fn write_equality_delete_files(
     }
     let schema = key_columns.schema.clone();
     let config = EqualityDeleteWriterConfig::new(key_columns.field_ids.clone(), schema.clone())?;
-    let delete_schema = Arc::new(arrow_schema_to_schema(config.projected_arrow_schema_ref())?);
-    let parquet = ParquetWriterBuilder::new(settings.properties.clone(), delete_schema);
+    // The key schema itself, not one converted back from Arrow: that round trip turns
+    // uuid into fixed(16), and readers then cannot compare the keys with the data.
+    let parquet = ParquetWriterBuilder::new(settings.properties.clone(), schema.clone());
     let names = DefaultFileNameGenerator::new(
         format!("00000-{}-deletes", uuid::Uuid::new_v4()),
         None,
