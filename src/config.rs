@@ -415,10 +415,10 @@ impl Config {
                 "commit.max_group_rows and commit.max_group_bytes must be greater than 0",
             ));
         }
-        if self.merge_strategy != MergeStrategy::MergeOnRead {
+        if self.merge_strategy == MergeStrategy::MergeOnReadPositional {
             return Err(Error::config(
-                "merge_strategy: only merge-on-read is implemented so far (copy-on-write and \
-                 merge-on-read-positional are not yet)",
+                "merge_strategy: merge-on-read-positional is not implemented yet (merge-on-read \
+                 and copy-on-write are)",
             ));
         }
         if let Some(name) = self.identifier_fields.iter().find(|n| n.trim().is_empty()) {

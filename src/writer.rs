@@ -126,6 +126,7 @@ impl Writer {
             max_group_bytes: commit.max_group_bytes,
             writer_id: commit.exactly_once.as_ref().map(|e| e.writer_id.clone()),
             identifier_fields: config.identifier_fields.clone(),
+            merge_strategy: config.merge_strategy,
             parquet: config.parquet.clone(),
             callers: config.max_in_flight,
             stats: Arc::default(),

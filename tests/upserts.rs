@@ -105,14 +105,18 @@ fn scanned(rt: &tokio::runtime::Runtime, writer: &Writer, io: &floe::config::Con
     rows
 }
 
-/// Table `up.t` as iceberg-rust's scan reads it: `columns` of each row, as JSON objects.
+/// The config's table as iceberg-rust's scan reads it: `columns` of each row, as JSON objects.
 fn scan_columns(
     rt: &tokio::runtime::Runtime,
     writer: &Writer,
     io: &floe::config::Config,
     columns: &[&str],
 ) -> Vec<Value> {
-    let ident = floe::catalog::table_ident("up", "t").unwrap();
+    let ident = floe::catalog::table_ident(
+        io.namespace.as_deref().unwrap(),
+        io.table.as_deref().unwrap(),
+    )
+    .unwrap();
     let loaded = rt
         .block_on(writer.catalog().load_table(&ident))
         .unwrap()
@@ -164,14 +168,31 @@ fn schema() -> Value {
 
 /// Runs the random stream against `base` (a catalog + storage config), checking every
 /// commit with DuckDB (`duck` reader args) and iceberg-rust's scan.
-fn model_run(base: Value, partition: Option<&str>, duck: impl Fn(&str) -> (String, Value)) {
+/// Which strategy a model run uses, and for copy-on-write the pyiceberg reader (it reads
+/// no equality deletes, so only copy-on-write tables).
+enum Strategy {
+    MergeOnRead,
+    CopyOnWrite { pyiceberg: (&'static str, Value) },
+}
+
+fn model_run(
+    base: Value,
+    table: &str,
+    partition: Option<&str>,
+    strategy: Strategy,
+    duck: impl Fn(&str) -> (String, Value),
+) {
     let rt = runtime();
     let mut cfg = base;
     merge(
         &mut cfg,
         json!({
-            "namespace": "up", "table": "t",
+            "namespace": "up", "table": table,
             "identifier_fields": ["tenant", "id"],
+            "merge_strategy": match strategy {
+                Strategy::MergeOnRead => "merge-on-read",
+                Strategy::CopyOnWrite { .. } => "copy-on-write",
+            },
             "schema_evolution": {"enabled": true, "schema": schema()},
         }),
     );
@@ -200,7 +221,7 @@ fn model_run(base: Value, partition: Option<&str>, duck: impl Fn(&str) -> (Strin
             "batch {batch}: {:?}",
             out.failures.iter().flatten().collect::<Vec<_>>()
         );
-        let ident = floe::catalog::table_ident("up", "t").unwrap();
+        let ident = floe::catalog::table_ident("up", table).unwrap();
         let table = rt
             .block_on(writer.catalog().load_table(&ident))
             .unwrap()
@@ -218,9 +239,13 @@ fn model_run(base: Value, partition: Option<&str>, duck: impl Fn(&str) -> (Strin
             want,
             "iceberg-rust after batch {batch}"
         );
+        if let Strategy::CopyOnWrite { pyiceberg } = &strategy {
+            let out = read_back(pyiceberg.0, pyiceberg.1.clone());
+            assert_eq!(rows_of(&out), want, "pyiceberg after batch {batch}");
+        }
     }
     // Snapshots of upserts are row deltas; deletes count in the summary.
-    let ident = floe::catalog::table_ident("up", "t").unwrap();
+    let ident = floe::catalog::table_ident("up", table).unwrap();
     let table = rt
         .block_on(writer.catalog().load_table(&ident))
         .unwrap()
@@ -231,7 +256,18 @@ fn model_run(base: Value, partition: Option<&str>, duck: impl Fn(&str) -> (Strin
         iceberg::spec::Operation::Overwrite
     );
     let props = &head.summary().additional_properties;
-    assert!(props["added-equality-deletes"].parse::<u64>().unwrap() > 0);
+    match strategy {
+        Strategy::MergeOnRead => {
+            assert!(props["added-equality-deletes"].parse::<u64>().unwrap() > 0)
+        }
+        // Copy-on-write leaves no delete files, and its totals follow the removals.
+        Strategy::CopyOnWrite { .. } => {
+            assert_eq!(props["total-delete-files"], "0");
+            assert!(props["deleted-data-files"].parse::<u64>().unwrap() > 0);
+            let live: usize = model.values().map(Vec::len).sum();
+            assert_eq!(props["total-records"], live.to_string());
+        }
+    }
     let mut ids: Vec<i32> = table
         .metadata
         .current_schema()
@@ -247,8 +283,47 @@ fn merge_on_read_matches_the_model_on_the_embedded_catalog() {
     let wh = dir.path().join("wh");
     model_run(
         json!({"catalog": {"warehouse": wh.to_str().unwrap()}}),
+        "t",
         None,
+        Strategy::MergeOnRead,
         |metadata| ("duckdb-file".into(), json!({"metadata": metadata})),
+    );
+}
+
+#[test]
+fn copy_on_write_matches_the_model_on_the_embedded_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().join("wh");
+    let pyiceberg = json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
+                           "warehouse": format!("file://{}", wh.display()), "table": "up.t"});
+    model_run(
+        json!({"catalog": {"warehouse": wh.to_str().unwrap()}}),
+        "t",
+        None,
+        Strategy::CopyOnWrite {
+            pyiceberg: ("pyiceberg-sql", pyiceberg),
+        },
+        |metadata| ("duckdb-file".into(), json!({"metadata": metadata})),
+    );
+}
+
+/// Partitioned by a column that is not part of the key and changes with every message:
+/// an upsert moves its key to another partition, and the old row must go.
+#[test]
+fn copy_on_write_matches_the_model_on_rest_and_s3_with_keys_moving_partitions() {
+    model_run(
+        services().floe_config(),
+        "cow",
+        Some("(bucket(4, n))"),
+        Strategy::CopyOnWrite {
+            pyiceberg: ("pyiceberg-rest", services().pyiceberg_args("up.cow")),
+        },
+        |metadata| {
+            (
+                "duckdb-s3".into(),
+                json!({"metadata": metadata, "s3": services().duckdb_s3()}),
+            )
+        },
     );
 }
 
@@ -256,7 +331,9 @@ fn merge_on_read_matches_the_model_on_the_embedded_catalog() {
 fn merge_on_read_matches_the_model_on_rest_and_s3_partitioned_by_key() {
     model_run(
         services().floe_config(),
+        "mor",
         Some("(tenant, bucket(4, id))"),
+        Strategy::MergeOnRead,
         |metadata| {
             (
                 "duckdb-s3".into(),
@@ -340,6 +417,19 @@ fn a_missing_identifier_field_is_a_config_error_naming_it() {
 /// replaces the first. (uuid keys are refused: see `uuid_keys_are_refused_clearly`.)
 #[test]
 fn keys_of_every_type_match_by_typed_value() {
+    keys_of_every_type("merge-on-read", &["ts", "amount", "flag", "day", "s", "n"]);
+}
+
+/// Copy-on-write takes uuid keys too.
+#[test]
+fn keys_of_every_type_match_by_typed_value_in_copy_on_write() {
+    keys_of_every_type(
+        "copy-on-write",
+        &["ts", "amount", "flag", "day", "u", "s", "n"],
+    );
+}
+
+fn keys_of_every_type(strategy: &str, key: &[&str]) {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
     let schema = json!({"type": "struct", "schema-id": 0, "fields": [
@@ -355,7 +445,8 @@ fn keys_of_every_type_match_by_typed_value() {
     let cfg = json!({
         "catalog": {"warehouse": dir.path().join("wh").to_str().unwrap()},
         "namespace": "up", "table": "t",
-        "identifier_fields": ["ts", "amount", "flag", "day", "s", "n"],
+        "identifier_fields": key,
+        "merge_strategy": strategy,
         "schema_evolution": {"enabled": true, "schema": schema},
     });
     let config = Config::from_json(&cfg.to_string()).unwrap();
@@ -666,4 +757,68 @@ fn uuid_keys_are_refused_clearly() {
     let e = rt.block_on(writer.write_batch(&m)).unwrap_err();
     assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
     assert!(e.to_string().contains("\"u\" is a uuid"), "{e}");
+}
+
+/// A copy-on-write commit whose first attempt planned on a stale head (another writer
+/// added a row with the key since) must plan again: the other writer's row goes too.
+#[test]
+fn copy_on_write_replans_after_another_writers_commit() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(dir.path(), json!({"merge_strategy": "copy-on-write"}));
+    let a = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &a, &[("upsert", r#"{"tenant":"t","id":1,"v":"a1"}"#)]);
+    let b = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &b, &[("insert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
+    call(&rt, &b, &[("insert", r#"{"tenant":"t","id":2,"v":"b"}"#)]);
+    // A's view is two commits old: its first attempt cannot see B's rows.
+    call(&rt, &a, &[("upsert", r#"{"tenant":"t","id":1,"v":"a2"}"#)]);
+    head_manifests_are_sound(&rt, &a, &config);
+    let mut model = Model::new();
+    model.insert(("t".into(), 1), vec!["a2".into()]);
+    model.insert(("t".into(), 2), vec!["b".into()]);
+    assert_eq!(scanned(&rt, &a, &config), expected(&model));
+    // Deleting every key leaves an empty table (a delete snapshot).
+    call(
+        &rt,
+        &a,
+        &[
+            ("delete", r#"{"tenant":"t","id":1}"#),
+            ("delete", r#"{"tenant":"t","id":2}"#),
+        ],
+    );
+    assert_eq!(scanned(&rt, &a, &config), Vec::<Value>::new());
+    let ident = table_ident("up", "t").unwrap();
+    let t = rt
+        .block_on(a.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let head = t.metadata.current_snapshot().unwrap();
+    assert_eq!(head.summary().operation, iceberg::spec::Operation::Delete);
+    assert_eq!(head.summary().additional_properties["total-records"], "0");
+}
+
+/// Rewriting a file gives its rows a new sequence number, so the equality deletes of an
+/// earlier merge-on-read writer would stop applying to them: copy-on-write refuses such a
+/// table clearly instead of resurrecting rows.
+#[test]
+fn copy_on_write_refuses_a_table_with_delete_files() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let mor = embedded(dir.path(), json!({}));
+    let w = rt.block_on(Writer::open(mor)).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
+    call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
+    drop(w);
+    let cow = embedded(dir.path(), json!({"merge_strategy": "copy-on-write"}));
+    let w = rt.block_on(Writer::open(cow.clone())).unwrap();
+    let m = [Message {
+        operation: Some("upsert"),
+        ..Message::insert(br#"{"tenant":"t","id":1,"v":"c"}"#)
+    }];
+    let e = rt.block_on(w.write_batch(&m)).unwrap_err();
+    assert!(e.to_string().contains("delete files"), "{e}");
+    let mut model = Model::new();
+    model.insert(("t".into(), 1), vec!["b".into()]);
+    assert_eq!(scanned(&rt, &w, &cow), expected(&model));
 }

@@ -39,9 +39,10 @@ use super::snapshot::{
 };
 use super::staging::{STAGE_MAX_INPUT_BYTES, StagedFile, Staging, upload};
 use crate::catalog::{Catalog, LoadedTable};
-use crate::config::ParquetConfig;
+use crate::config::{MergeStrategy, ParquetConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::rowops::KeyColumns;
+use crate::rowops::cow::CopyOnWrite;
 use crate::rowops::resolve::resolve_group;
 use crate::stats::WriterStats;
 use crate::write::{FileSettings, file_settings, write_data_files, write_equality_delete_files};
@@ -62,6 +63,7 @@ pub struct CommitterOptions {
     pub writer_id: Option<String>,
     /// The configured key for upserts and deletes (empty: the table's own).
     pub identifier_fields: Vec<String>,
+    pub merge_strategy: MergeStrategy,
     pub parquet: ParquetConfig,
     /// The host's concurrent calls, when it said (see [`Gathering`]).
     pub callers: Option<usize>,
@@ -87,7 +89,10 @@ impl TableView {
         let keys =
             KeyColumns::for_table(table.metadata.current_schema(), &options.identifier_fields)
                 .and_then(|keys| match &keys {
-                    Some(k) => check_merge_on_read(&table.metadata, k).map(|()| keys),
+                    Some(k) if options.merge_strategy == MergeStrategy::MergeOnRead => {
+                        check_merge_on_read(&table.metadata, k).map(|()| keys)
+                    }
+                    Some(_) => Ok(keys),
                     None => Ok(None),
                 });
         // A configured key must work; a key the table brings (set by another tool) only
@@ -361,8 +366,11 @@ impl TableCommitter {
 /// A group of submissions written as data files, waiting for its commit.
 struct EncodedGroup {
     data_files: Vec<DataFile>,
-    /// Equality deletes of the group's upserts and deletes.
+    /// Equality deletes of the group's upserts and deletes (merge-on-read).
     delete_files: Vec<DataFile>,
+    /// Copy-on-write: the keys the group's upserts and deletes touch, removed from the
+    /// table's files when the group commits.
+    touched: Option<RecordBatch>,
     /// The data files' bytes when they were staged in memory (small groups): uploaded
     /// with the manifest and the manifest list.
     staged: Vec<StagedFile>,
@@ -619,15 +627,27 @@ async fn encode_loop(
         let n = batches.len();
         let input_bytes: usize = fresh.iter().map(|p| p.submission.bytes).sum();
         let stage = input_bytes <= STAGE_MAX_INPUT_BYTES;
-        let written = write_group(&batches, deletes.as_ref(), &current, stage).await;
+        let written = write_group(
+            &batches,
+            deletes.as_ref(),
+            &current,
+            stage,
+            options.merge_strategy,
+        )
+        .await;
         Pace::smooth(&mut pace.locked().encode, t0.elapsed());
         options.stats.record_write(t0.elapsed());
         tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
         match written {
             Ok((data_files, delete_files, staged)) => {
+                let touched = match current.keys {
+                    Some(_) if options.merge_strategy == MergeStrategy::CopyOnWrite => deletes,
+                    _ => None,
+                };
                 let group = EncodedGroup {
                     data_files,
                     delete_files,
+                    touched,
                     staged,
                     table_uuid: current.table.metadata.uuid(),
                     schema_id,
@@ -674,12 +694,15 @@ async fn write_group(
     deletes: Option<&RecordBatch>,
     view: &TableView,
     stage: bool,
+    merge_strategy: MergeStrategy,
 ) -> Result<WrittenGroup> {
     let metadata = &view.table.metadata;
     let staging = Staging::default();
     let io = if stage { staging.io() } else { &view.file_io };
     let data_files = write_data_files(batches, metadata, io, &view.settings).await?;
     let delete_files = match (deletes, &view.keys) {
+        // Copy-on-write rewrites files at commit time instead.
+        _ if merge_strategy == MergeStrategy::CopyOnWrite => Vec::new(),
         (Some(keys), Some(columns)) => {
             write_equality_delete_files(keys, columns, metadata, io, &view.settings).await?
         }
@@ -699,12 +722,13 @@ async fn write_group(
 
 /// Splits encoded groups into the runs that may share a snapshot. A group with deletes
 /// starts a new one: its deletes must apply to the rows of the groups before it, and
-/// within one snapshot they would not (one sequence number).
+/// within one snapshot they would not (one sequence number); a copy-on-write group
+/// rewrites the files as the head has them, so the groups before it must be there.
 fn one_snapshot_each(groups: Vec<EncodedGroup>) -> Vec<Vec<EncodedGroup>> {
     let mut runs: Vec<Vec<EncodedGroup>> = Vec::new();
     for g in groups {
         match runs.last_mut() {
-            Some(run) if g.delete_files.is_empty() => run.push(g),
+            Some(run) if g.delete_files.is_empty() && g.touched.is_none() => run.push(g),
             _ => runs.push(vec![g]),
         }
     }
@@ -880,6 +904,7 @@ impl CommitStage {
         let table_uuid = groups[0].table_uuid;
         let mut data_files = Vec::new();
         let mut delete_files = Vec::new();
+        let mut touched = None;
         let mut staged = Vec::new();
         let mut pendings = Vec::new();
         let mut offsets = SourceOffsets::default();
@@ -900,6 +925,8 @@ impl CommitStage {
             }
             data_files.extend(g.data_files);
             delete_files.extend(g.delete_files);
+            // At most one group per run touches keys (see `one_snapshot_each`).
+            touched = touched.or(g.touched);
             staged.extend(g.staged);
             for p in &g.pendings {
                 offsets.union_with(&p.submission.offsets);
@@ -911,6 +938,14 @@ impl CommitStage {
             table_uuid,
             data_files,
             delete_files,
+            copy_on_write: match (touched, &self.current().keys) {
+                (Some(touched), Some(keys)) => Some(CopyOnWrite {
+                    keys: keys.clone(),
+                    touched,
+                    settings: self.current().settings.clone(),
+                }),
+                _ => None,
+            },
             schema_id,
             spec_id,
             properties: HashMap::from([(
@@ -1274,6 +1309,7 @@ mod tests {
     fn options(linger_ms: u64, max_rows: usize, max_bytes: usize) -> CommitterOptions {
         CommitterOptions {
             identifier_fields: Vec::new(),
+            merge_strategy: MergeStrategy::MergeOnRead,
             max_retries: 0,
             retry_timeout: Duration::ZERO,
             cleanup_on_failure: true,

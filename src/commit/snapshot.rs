@@ -31,6 +31,7 @@ use super::offsets::{
     MAX_RANGES, SourceOffsets, WRITER_ID_SUMMARY, committed_offsets, property_key, record_value,
 };
 use crate::error::{Error, ErrorKind, Result};
+use crate::rowops::cow::{CopyOnWrite, Rewrite, rewrite_files};
 
 /// Summary key holding the id of the floe commit that produced a snapshot.
 pub const COMMIT_ID_PROPERTY: &str = "floe.commit-id";
@@ -101,6 +102,9 @@ pub struct SnapshotChanges {
     pub data_files: Vec<DataFile>,
     /// Equality-delete files (upserts and deletes): the snapshot is a row delta.
     pub delete_files: Vec<DataFile>,
+    /// Copy-on-write upserts and deletes: each attempt rewrites the files holding these
+    /// keys on the head it builds on (an overwrite snapshot).
+    pub copy_on_write: Option<CopyOnWrite>,
     /// Schema and partition spec the files were written with; the commit requires the
     /// table to still have them.
     pub schema_id: i32,
@@ -147,6 +151,8 @@ async fn current_manifests(
 enum NewManifest {
     Data,
     Deletes,
+    /// Rows kept from files a copy-on-write attempt rewrote.
+    Rewritten(u32),
 }
 
 async fn write_new_manifest(
@@ -161,8 +167,9 @@ async fn write_new_manifest(
     // attempt of unknown outcome may already reference.
     // `m0` and `d0`: merged manifests are numbered `m1`, `m2`, … (merge.rs).
     let name = match content {
-        NewManifest::Data => "m0",
-        NewManifest::Deletes => "d0",
+        NewManifest::Data => "m0".to_string(),
+        NewManifest::Deletes => "d0".to_string(),
+        NewManifest::Rewritten(attempt) => format!("w{attempt}"),
     };
     let path = format!(
         "{}/metadata/{commit_id}-{snapshot_id}-{name}.avro",
@@ -174,17 +181,18 @@ async fn write_new_manifest(
         metadata.current_schema().clone(),
         metadata.default_partition_spec().as_ref().clone(),
     );
-    let mut writer = match (metadata.format_version(), content) {
-        (FormatVersion::V1, NewManifest::Data) => builder.build_v1(),
-        (FormatVersion::V2, NewManifest::Data) => builder.build_v2_data(),
-        (FormatVersion::V3, NewManifest::Data) => builder.build_v3_data(),
-        (FormatVersion::V1, NewManifest::Deletes) => {
+    let deletes = content == NewManifest::Deletes;
+    let mut writer = match (metadata.format_version(), deletes) {
+        (FormatVersion::V1, false) => builder.build_v1(),
+        (FormatVersion::V2, false) => builder.build_v2_data(),
+        (FormatVersion::V3, false) => builder.build_v3_data(),
+        (FormatVersion::V1, true) => {
             return Err(Error::config(
                 "delete files need an Iceberg format v2 table; this one is v1",
             ));
         }
-        (FormatVersion::V2, NewManifest::Deletes) => builder.build_v2_deletes(),
-        (FormatVersion::V3, NewManifest::Deletes) => builder.build_v3_deletes(),
+        (FormatVersion::V2, true) => builder.build_v2_deletes(),
+        (FormatVersion::V3, true) => builder.build_v3_deletes(),
     };
     for file in files {
         // A negative sequence number leaves it to be inherited from the manifest list,
@@ -194,29 +202,60 @@ async fn write_new_manifest(
     Ok(writer.write_manifest_file().await?)
 }
 
-const TOTALS: [(&str, &str); 6] = [
-    ("total-records", "added-records"),
-    ("total-files-size", "added-files-size"),
-    ("total-data-files", "added-data-files"),
-    ("total-delete-files", "added-delete-files"),
-    ("total-position-deletes", "added-position-deletes"),
-    ("total-equality-deletes", "added-equality-deletes"),
+/// Each running total with the summary figures that add to and take from it.
+const TOTALS: [(&str, &str, &str); 6] = [
+    ("total-records", "added-records", "deleted-records"),
+    ("total-files-size", "added-files-size", "removed-files-size"),
+    ("total-data-files", "added-data-files", "deleted-data-files"),
+    (
+        "total-delete-files",
+        "added-delete-files",
+        "removed-delete-files",
+    ),
+    (
+        "total-position-deletes",
+        "added-position-deletes",
+        "removed-position-deletes",
+    ),
+    (
+        "total-equality-deletes",
+        "added-equality-deletes",
+        "removed-equality-deletes",
+    ),
 ];
 
 /// Summary properties: the collector's `added-*` figures plus running `total-*` counts.
-fn append_summary(metadata: &TableMetadata, files: &SnapshotChanges) -> Result<Summary> {
+fn append_summary(
+    metadata: &TableMetadata,
+    files: &SnapshotChanges,
+    rewrite: Option<&Rewrite>,
+) -> Result<Summary> {
     let mut collector = SnapshotSummaryCollector::default();
-    for file in files.data_files.iter().chain(&files.delete_files) {
+    let rewritten = rewrite.map(|r| r.added.as_slice()).unwrap_or_default();
+    for file in files
+        .data_files
+        .iter()
+        .chain(&files.delete_files)
+        .chain(rewritten)
+    {
         collector.add_file(
             file,
             metadata.current_schema().clone(),
             metadata.default_partition_spec().clone(),
         );
     }
+    let removed_files = rewrite.map(|r| r.removed.as_slice()).unwrap_or_default();
+    for (file, spec_id) in removed_files {
+        let spec = metadata
+            .partition_spec_by_id(*spec_id)
+            .unwrap_or_else(|| metadata.default_partition_spec())
+            .clone();
+        collector.remove_file(file, metadata.current_schema().clone(), spec);
+    }
     let mut props = files.properties.clone();
     props.extend(collector.build());
     let previous = metadata.current_snapshot().map(|s| s.summary());
-    for (total, added) in TOTALS {
+    for (total, added, removed) in TOTALS {
         // A previous snapshot without this total (written by a writer that kept none)
         // leaves it unknown: better absent than wrong.
         let before = match previous {
@@ -230,11 +269,17 @@ fn append_summary(metadata: &TableMetadata, files: &SnapshotChanges) -> Result<S
                 None => continue,
             },
         };
-        let add = props
-            .get(added)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-        props.insert(total.to_string(), (before + add).to_string());
+        let figure = |key: &str| {
+            props
+                .get(key)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let (add, remove) = (figure(added), figure(removed));
+        props.insert(
+            total.to_string(),
+            (before + add).saturating_sub(remove).to_string(),
+        );
     }
     props.insert(COMMIT_ID_PROPERTY.to_string(), files.commit_id.to_string());
     if let Some((writer_id, _)) = &files.offsets {
@@ -242,10 +287,12 @@ fn append_summary(metadata: &TableMetadata, files: &SnapshotChanges) -> Result<S
     }
     // As Iceberg's own row delta names them: deletes alone are a delete, deletes with
     // new rows an overwrite.
-    let operation = match (files.data_files.is_empty(), files.delete_files.is_empty()) {
-        (_, true) => Operation::Append,
-        (true, false) => Operation::Delete,
-        (false, false) => Operation::Overwrite,
+    let removes = !files.delete_files.is_empty() || !removed_files.is_empty();
+    let adds = !files.data_files.is_empty() || !rewritten.is_empty();
+    let operation = match (adds, removes) {
+        (_, false) => Operation::Append,
+        (false, true) => Operation::Delete,
+        (true, true) => Operation::Overwrite,
     };
     Ok(Summary {
         operation,
@@ -361,7 +408,6 @@ pub async fn prepare_snapshot(
     let snapshot_id = reused.map_or_else(|| new_snapshot_id(metadata), |r| r.snapshot_id);
     let parent = metadata.current_snapshot_id();
     let sequence_number = metadata.next_sequence_number();
-    let summary = append_summary(metadata, files)?;
     let offsets = offsets_update(metadata, files, snapshot_id, sequence_number)?;
     let mut written = Vec::new();
     let mut staged = Vec::new();
@@ -398,13 +444,33 @@ pub async fn prepare_snapshot(
             (m, d)
         }
     };
-    let carried = current_manifests(metadata, file_io, cached).await?;
+    let mut carried = current_manifests(metadata, file_io, cached).await?;
     if !files.delete_files.is_empty() {
         refuse_deletes_across_specs(&carried, files.spec_id)?;
     }
+    // Copy-on-write plans on this attempt's head, every attempt.
+    let rewrite = match &files.copy_on_write {
+        Some(cow) => {
+            let r = rewrite_files(
+                metadata,
+                file_io,
+                snapshot_id,
+                files.commit_id,
+                attempt,
+                carried,
+                cow,
+            )
+            .await?;
+            written.extend(r.written.iter().cloned());
+            carried = r.manifests.clone();
+            Some(r)
+        }
+        None => None,
+    };
+    let summary = append_summary(metadata, files, rewrite.as_ref())?;
     // A rebase only carries the new head's manifests: merging again would rewrite them
     // on every conflict; the next commit merges.
-    let merge = if reused.is_some() {
+    let merge = if reused.is_some() || rewrite.is_some() {
         &MergePolicy::DISABLED
     } else {
         merge
@@ -421,6 +487,21 @@ pub async fn prepare_snapshot(
     written.extend(merged.written);
     let mut manifests = vec![new_manifest.clone()];
     manifests.extend(delete_manifest.clone());
+    if let Some(r) = rewrite.as_ref().filter(|r| !r.added.is_empty()) {
+        // The remaining rows of rewritten files: this attempt's own manifest.
+        let m = write_new_manifest(
+            metadata,
+            stage_io,
+            snapshot_id,
+            files.commit_id,
+            &r.added,
+            NewManifest::Rewritten(attempt),
+        )
+        .await?;
+        written.push(m.manifest_path.clone());
+        staged.push(m.manifest_path.clone());
+        manifests.push(m);
+    }
     manifests.extend(merged.manifests);
 
     // The attempt is part of the name: a rebased attempt reuses the snapshot id.
