@@ -172,6 +172,36 @@ fn string_column_paths(metadata: &TableMetadata) -> Vec<ColumnPath> {
     out
 }
 
+type RollingParquet = RollingFileWriterBuilder<
+    ParquetWriterBuilder,
+    DefaultLocationGenerator,
+    DefaultFileNameGenerator,
+>;
+
+/// Parquet files of `schema` under the table's data location, rolled at the target size;
+/// `suffix` tells delete files from data files by name.
+fn rolling_parquet(
+    schema: &iceberg::spec::SchemaRef,
+    suffix: &str,
+    metadata: &TableMetadata,
+    file_io: &FileIO,
+    settings: &FileSettings,
+) -> Result<RollingParquet> {
+    let parquet = ParquetWriterBuilder::new(settings.properties.clone(), schema.clone());
+    let names = DefaultFileNameGenerator::new(
+        format!("00000-{}{suffix}", uuid::Uuid::new_v4()),
+        None,
+        DataFileFormat::Parquet,
+    );
+    Ok(RollingFileWriterBuilder::new(
+        parquet,
+        settings.target_file_size,
+        file_io.clone(),
+        DefaultLocationGenerator::new(metadata)?,
+        names,
+    ))
+}
+
 /// Writes `batches` (already in the table's current schema) as data files: the rows of
 /// all of them go through one rolling writer per partition of the table's default spec,
 /// so a commit group of many small batches becomes as few files as the target size allows.
@@ -185,19 +215,7 @@ pub async fn write_data_files(
         return Ok(Vec::new());
     }
     let schema = metadata.current_schema().clone();
-    let parquet = ParquetWriterBuilder::new(settings.properties.clone(), schema.clone());
-    let names = DefaultFileNameGenerator::new(
-        format!("00000-{}", uuid::Uuid::new_v4()),
-        None,
-        DataFileFormat::Parquet,
-    );
-    let rolling = RollingFileWriterBuilder::new(
-        parquet,
-        settings.target_file_size,
-        file_io.clone(),
-        DefaultLocationGenerator::new(metadata)?,
-        names,
-    );
+    let rolling = rolling_parquet(&schema, "", metadata, file_io, settings)?;
     let builder = DataFileWriterBuilder::new(rolling);
     let spec = metadata.default_partition_spec();
     if spec.is_unpartitioned() {
@@ -249,19 +267,7 @@ pub async fn write_equality_delete_files(
     let config = EqualityDeleteWriterConfig::new(key_columns.field_ids.clone(), schema.clone())?;
     // The key schema itself, not one converted back from Arrow: that round trip turns
     // uuid into fixed(16), and readers then cannot compare the keys with the data.
-    let parquet = ParquetWriterBuilder::new(settings.properties.clone(), schema.clone());
-    let names = DefaultFileNameGenerator::new(
-        format!("00000-{}-deletes", uuid::Uuid::new_v4()),
-        None,
-        DataFileFormat::Parquet,
-    );
-    let rolling = RollingFileWriterBuilder::new(
-        parquet,
-        settings.target_file_size,
-        file_io.clone(),
-        DefaultLocationGenerator::new(metadata)?,
-        names,
-    );
+    let rolling = rolling_parquet(&schema, "-deletes", metadata, file_io, settings)?;
     let builder = EqualityDeleteFileWriterBuilder::new(rolling, config);
     let spec = metadata.default_partition_spec();
     if spec.is_unpartitioned() {
