@@ -11,7 +11,9 @@ use floe::config::Config;
 use floe::writer::{Message, Writer};
 use futures::TryStreamExt;
 use iceberg::TableUpdate;
-use iceberg::spec::{ManifestContentType, ManifestList, Transform, UnboundPartitionSpec};
+use iceberg::spec::{
+    FormatVersion, ManifestContentType, ManifestList, Schema, Transform, UnboundPartitionSpec,
+};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use support::{merge, read_back, runtime, services};
@@ -905,4 +907,244 @@ fn two_writers_upserting_one_table_converge_merge_on_read() {
 #[test]
 fn two_writers_upserting_one_table_converge_copy_on_write() {
     two_writers_converge("copy-on-write");
+}
+
+// Found by an attack on the copy-on-write commit path.
+
+#[test]
+fn copy_on_write_finds_keys_in_files_written_before_int_was_widened_to_long() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let int_schema = json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "tenant", "required": true, "type": "string"},
+        {"id": 2, "name": "id", "required": true, "type": "int"},
+        {"id": 3, "name": "v", "required": false, "type": "string"},
+        {"id": 4, "name": "n", "required": false, "type": "long"}
+    ]});
+    let config = embedded(
+        dir.path(),
+        json!({"merge_strategy": "copy-on-write", "schema_evolution": {"schema": int_schema}}),
+    );
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"old"}"#)]);
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":2,"v":"old"}"#)]);
+    // Another tool widens id: int -> long (a legal Iceberg promotion).
+    let ident = table_ident("up", "t").unwrap();
+    let long_schema: Schema = serde_json::from_value(json!({
+        "type": "struct", "schema-id": 1, "identifier-field-ids": [1, 2], "fields": [
+        {"id": 1, "name": "tenant", "required": true, "type": "string"},
+        {"id": 2, "name": "id", "required": true, "type": "long"},
+        {"id": 3, "name": "v", "required": false, "type": "string"},
+        {"id": 4, "name": "n", "required": false, "type": "long"}
+    ]}))
+    .unwrap();
+    rt.block_on(w.catalog().commit(
+        &ident,
+        vec![],
+        vec![
+            TableUpdate::AddSchema {
+                schema: long_schema,
+            },
+            TableUpdate::SetCurrentSchema { schema_id: -1 },
+        ],
+    ))
+    .unwrap();
+    drop(w);
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"new"}"#)]);
+    call(&rt, &w, &[("delete", r#"{"tenant":"t","id":2}"#)]);
+    let mut model = Model::new();
+    model.insert(("t".into(), 1), vec!["new".into()]);
+    assert_eq!(scanned(&rt, &w, &config), expected(&model));
+}
+
+#[test]
+fn copy_on_write_group_never_commits_without_its_removals() {
+    let rt = runtime();
+    for round in 0..50 {
+        let dir = tempfile::tempdir().unwrap();
+        let config = embedded(
+            dir.path(),
+            json!({"merge_strategy": "copy-on-write",
+                   "commit": {"max_group_rows": 1, "linger": "0ms"}}),
+        );
+        let w = rt.block_on(Writer::open(config.clone())).unwrap();
+        call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"old"}"#)]);
+        // Another tool sets a codec floe cannot use; floe's view does not know yet.
+        let ident = table_ident("up", "t").unwrap();
+        rt.block_on(writer_props(
+            &w,
+            &ident,
+            HashMap::from([(
+                "write.parquet.compression-codec".to_string(),
+                "brotli".to_string(),
+            )]),
+        ));
+        // A (insert) and B (upsert of 1) in flight together, one group each: A's commit
+        // answer publishes the table with the property -> keys None; B was encoded
+        // with keys and commits after.
+        let a = [Message::insert(br#"{"tenant":"t","id":9,"v":"a"}"#)];
+        let b = [Message {
+            operation: Some("upsert"),
+            ..Message::insert(br#"{"tenant":"t","id":1,"v":"new"}"#)
+        }];
+        let (ra, rb) = rt.block_on(async { tokio::join!(w.write_batch(&a), w.write_batch(&b)) });
+        let (Ok(ra), Ok(rb)) = (ra, rb) else { continue };
+        if ra.failures.iter().any(Option::is_some) || rb.failures.iter().any(Option::is_some) {
+            continue; // B was shredded after the publish: refused, which is fine
+        }
+        // Both acknowledged: id 1 must hold only "new".
+        let rows = scanned(&rt, &w, &config);
+        let ones: Vec<_> = rows.iter().filter(|r| r[1] == json!(1)).collect();
+        assert_eq!(
+            ones,
+            vec![&json!(["t", 1, "new"])],
+            "round {round}: {rows:?}"
+        );
+    }
+}
+
+#[test]
+fn copy_on_write_refuses_to_rewrite_files_whose_nested_columns_changed() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let nested = |fields: Value, id: i32| {
+        json!({"type": "struct", "schema-id": id, "fields": [
+            {"id": 1, "name": "tenant", "required": true, "type": "string"},
+            {"id": 2, "name": "id", "required": true, "type": "long"},
+            {"id": 3, "name": "v", "required": false, "type": "string"},
+            {"id": 4, "name": "info", "required": false,
+             "type": {"type": "struct", "fields": fields}}
+        ]})
+    };
+    let v0 = nested(
+        json!([{"id": 5, "name": "a", "required": false, "type": "string"},
+               {"id": 6, "name": "b", "required": false, "type": "string"}]),
+        0,
+    );
+    let config = embedded(
+        dir.path(),
+        json!({"merge_strategy": "copy-on-write", "schema_evolution": {"schema": v0}}),
+    );
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(
+        &rt,
+        &w,
+        &[
+            (
+                "insert",
+                r#"{"tenant":"t","id":1,"v":"x","info":{"a":"a1","b":"secret"}}"#,
+            ),
+            (
+                "insert",
+                r#"{"tenant":"t","id":2,"v":"x","info":{"a":"a2","b":"b2"}}"#,
+            ),
+        ],
+    );
+    // Another tool drops info.b and adds info.c.
+    let mut v1 = nested(
+        json!([{"id": 5, "name": "a", "required": false, "type": "string"},
+               {"id": 7, "name": "c", "required": false, "type": "string"}]),
+        1,
+    );
+    v1["identifier-field-ids"] = json!([1, 2]);
+    let ident = table_ident("up", "t").unwrap();
+    rt.block_on(w.catalog().commit(
+        &ident,
+        vec![],
+        vec![
+            TableUpdate::AddSchema {
+                schema: serde_json::from_value(v1).unwrap(),
+            },
+            TableUpdate::SetCurrentSchema { schema_id: -1 },
+        ],
+    ))
+    .unwrap();
+    drop(w);
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    // Rewriting the file would copy row 1 with casts that match nested fields by name
+    // or position (info.b's values would land in info.c): refused, nothing changes.
+    let m = [Message {
+        operation: Some("upsert"),
+        ..Message::insert(br#"{"tenant":"t","id":2,"v":"y"}"#)
+    }];
+    let e = rt.block_on(w.write_batch(&m)).unwrap_err();
+    assert!(e.to_string().contains("nested column info"), "{e}");
+    let rows = scan_columns(&rt, &w, &config, &["id", "v"]);
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r["v"] == json!("x")), "{rows:?}");
+}
+
+#[test]
+fn copy_on_write_upsert_streams_still_merge_manifests() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(dir.path(), json!({"merge_strategy": "copy-on-write"}));
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":0,"v":"x"}"#)]);
+    let ident = table_ident("up", "t").unwrap();
+    rt.block_on(writer_props(
+        &w,
+        &ident,
+        HashMap::from([(
+            "commit.manifest.min-count-to-merge".to_string(),
+            "3".to_string(),
+        )]),
+    ));
+    drop(w);
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    for i in 1..=10i64 {
+        let p = format!(r#"{{"tenant":"t","id":{i},"v":"u{i}"}}"#);
+        call(&rt, &w, &[("upsert", p.as_str())]);
+    }
+    head_manifests_are_sound(&rt, &w, &config);
+    let t = rt
+        .block_on(w.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let mut props = floe::storage::file_io_props(&config.storage);
+    props.extend(t.io_props.clone());
+    let io = floe::storage::build_file_io(props);
+    let n = rt.block_on(async {
+        let bytes = io
+            .new_input(t.metadata.current_snapshot().unwrap().manifest_list())
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        ManifestList::parse_with_version(&bytes, t.metadata.format_version())
+            .unwrap()
+            .entries()
+            .len()
+    });
+    assert!(
+        n < 4,
+        "{n} manifests after 10 upserts with min-count-to-merge 3"
+    );
+}
+
+#[test]
+fn copy_on_write_refuses_v3_tables_clearly() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(dir.path(), json!({"merge_strategy": "copy-on-write"}));
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"x"}"#)]);
+    let ident = table_ident("up", "t").unwrap();
+    rt.block_on(w.catalog().commit(
+        &ident,
+        vec![],
+        vec![TableUpdate::UpgradeFormatVersion {
+            format_version: FormatVersion::V3,
+        }],
+    ))
+    .unwrap();
+    drop(w);
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    let m = [Message {
+        operation: Some("upsert"),
+        ..Message::insert(br#"{"tenant":"t","id":1,"v":"y"}"#)
+    }];
+    let e = rt.block_on(w.write_batch(&m)).unwrap_err();
+    assert!(e.to_string().contains("v3"), "{e}");
 }

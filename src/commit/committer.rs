@@ -368,9 +368,9 @@ struct EncodedGroup {
     data_files: Vec<DataFile>,
     /// Equality deletes of the group's upserts and deletes (merge-on-read).
     delete_files: Vec<DataFile>,
-    /// Copy-on-write: the keys the group's upserts and deletes touch, removed from the
-    /// table's files when the group commits.
-    touched: Option<RecordBatch>,
+    /// Copy-on-write: the keys the group's upserts and deletes touch (with the key they
+    /// were resolved by), removed from the table's files when the group commits.
+    touched: Option<(RecordBatch, Arc<KeyColumns>)>,
     /// The data files' bytes when they were staged in memory (small groups): uploaded
     /// with the manifest and the manifest list.
     staged: Vec<StagedFile>,
@@ -640,8 +640,12 @@ async fn encode_loop(
         tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
         match written {
             Ok((data_files, delete_files, staged)) => {
-                let touched = match current.keys {
-                    Some(_) if options.merge_strategy == MergeStrategy::CopyOnWrite => deletes,
+                let touched = match (&current.keys, deletes) {
+                    (Some(keys), Some(deletes))
+                        if options.merge_strategy == MergeStrategy::CopyOnWrite =>
+                    {
+                        Some((deletes, keys.clone()))
+                    }
                     _ => None,
                 };
                 let group = EncodedGroup {
@@ -938,14 +942,13 @@ impl CommitStage {
             table_uuid,
             data_files,
             delete_files,
-            copy_on_write: match (touched, &self.current().keys) {
-                (Some(touched), Some(keys)) => Some(CopyOnWrite {
-                    keys: keys.clone(),
-                    touched,
-                    settings: self.current().settings.clone(),
-                }),
-                _ => None,
-            },
+            // The key the group was resolved by, even if the view lost it since: a
+            // group with removals never commits as a plain append.
+            copy_on_write: touched.map(|(touched, keys)| CopyOnWrite {
+                keys,
+                touched,
+                settings: self.current().settings.clone(),
+            }),
             schema_id,
             spec_id,
             properties: HashMap::from([(

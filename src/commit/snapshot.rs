@@ -470,11 +470,19 @@ pub async fn prepare_snapshot(
     let summary = append_summary(metadata, files, rewrite.as_ref())?;
     // A rebase only carries the new head's manifests: merging again would rewrite them
     // on every conflict; the next commit merges.
-    let merge = if reused.is_some() || rewrite.is_some() {
+    let merge = if reused.is_some() {
         &MergePolicy::DISABLED
     } else {
         merge
     };
+    // This attempt's copies that mark removed files DELETED are listed as they are (a
+    // merge drops DELETED entries); the rest of the head merges as usual.
+    let (own_copies, carried): (Vec<ManifestFile>, Vec<ManifestFile>) =
+        carried.into_iter().partition(|m| {
+            rewrite
+                .as_ref()
+                .is_some_and(|r| r.written.contains(&m.manifest_path))
+        });
     let merged = merge_manifests(
         metadata,
         file_io,
@@ -503,6 +511,7 @@ pub async fn prepare_snapshot(
         manifests.push(m);
     }
     manifests.extend(merged.manifests);
+    manifests.extend(own_copies);
 
     // The attempt is part of the name: a rebased attempt reuses the snapshot id.
     let list_path = format!(

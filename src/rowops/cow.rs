@@ -75,6 +75,14 @@ pub async fn rewrite_files(
     let mut removed = Vec::new();
     let mut added = Vec::new();
     let mut written = Vec::new();
+    if metadata.format_version() == FormatVersion::V3 {
+        // Copied manifests would give untouched files new row ids (iceberg-rust does not
+        // read inherited first row ids back), as merging would (see commit::merge).
+        return Err(Error::config(
+            "copy-on-write does not rewrite Iceberg v3 tables yet (row lineage would change); \
+             use merge-on-read",
+        ));
+    }
     refuse_live_delete_files(&carried)?;
     for (n, manifest) in carried.into_iter().enumerate() {
         if manifest.content != ManifestContentType::Data {
@@ -301,6 +309,15 @@ fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
                     let column = batch.column(i);
                     if column.data_type() == field.data_type() {
                         column.clone()
+                    } else if column.data_type().is_nested() || field.data_type().is_nested() {
+                        // Casts match nested fields by name or position, never by field
+                        // id: a dropped and re-added field would take another's values.
+                        return Err(Error::config(format!(
+                            "copy-on-write cannot rewrite a data file whose nested column {} \
+                             differs from the table's (the schema changed since it was \
+                             written); compact the table first",
+                            field.name()
+                        )));
                     } else {
                         arrow_cast::cast(column, field.data_type())
                             .map_err(|e| Error::internal(format!("column {}: {e}", field.name())))?
@@ -363,9 +380,13 @@ impl KeyRanges {
                 return true;
             };
             let (lower, upper) = (lower.literal(), upper.literal());
-            // Bounds of another literal kind compare as unordered: keep the file.
-            !(matches!(hi.partial_cmp(lower), Some(std::cmp::Ordering::Less))
-                || matches!(lo.partial_cmp(upper), Some(std::cmp::Ordering::Greater)))
+            // Bounds of another literal kind (a manifest written before the column was
+            // promoted, e.g. int → long) do not compare by value: keep the file.
+            let kind = std::mem::discriminant(lo);
+            if std::mem::discriminant(lower) != kind || std::mem::discriminant(upper) != kind {
+                return true;
+            }
+            !(hi < lower || lo > upper)
         })
     }
 }
