@@ -27,7 +27,16 @@ from services import Services  # noqa: E402
 from read_table import duckdb_connect  # noqa: E402
 
 
-def pipeline(s, table, rows, keys, batch, in_flight, strategy):
+KEY_MAPPINGS = {
+    # A batch's keys are those of the batch --keys/--batch before it: each upsert batch
+    # replaces about one earlier file (copy-on-write's best case).
+    "clustered": "(root.n * 7919) % {keys}",
+    # Keys drawn at random: a batch touches nearly every file (copy-on-write's worst case).
+    "scattered": "random_int(max: {keys} - 1)",
+}
+
+
+def pipeline(s, table, rows, keys, batch, in_flight, strategy, workload):
     keyed = ""
     if strategy != "insert":
         keyed = ('    row_operation: ${! meta("op") }\n    identifier_fields: [id]\n'
@@ -44,7 +53,7 @@ input:
     batch_size: {batch}
     mapping: |
       root.n = count("{table}")
-      root.id = (root.n * 7919) % {keys}
+      root.id = {KEY_MAPPINGS[workload].format(keys=keys)}
       root.user = "user-" + (root.n % 977).string()
       root.payload = "abcdefghijklmnopqrstuvwxyz0123456789-" + root.n.string()
       root.value = root.n % 1000
@@ -72,7 +81,8 @@ output:
 
 def run(s, catalog, table, args, in_flight, strategy):
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(pipeline(s, table, args.rows, args.keys, args.batch, in_flight, strategy))
+        f.write(pipeline(s, table, args.rows, args.keys, args.batch, in_flight, strategy,
+                         args.workload))
     t0 = time.perf_counter()
     res = subprocess.run([FLOE, "run", f.name], capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -104,6 +114,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--in-flight", default="1,4")
     ap.add_argument("--strategies", default="insert,merge-on-read,copy-on-write")
+    ap.add_argument("--workload", choices=sorted(KEY_MAPPINGS), default="clustered")
     args = ap.parse_args()
     from pyiceberg.catalog import load_catalog
     with Services() as s:
@@ -122,7 +133,7 @@ def main():
                     runs.append(run(s, catalog, table, args, in_flight, strategy))
                 results[(strategy, in_flight)] = runs
         print(f"{args.rows:,} messages ({args.batch} per batch; upserts, 1 in 10 a delete) over "
-              f"{args.keys:,} keys, REST fixture + SeaweedFS, {args.runs} runs each")
+              f"{args.keys:,} keys ({args.workload}), REST fixture + SeaweedFS, {args.runs} runs each")
         print("| strategy | max_in_flight | rows/s median [min–max] | vs insert | commits | "
               "data files added / removed per commit | delete files per commit |")
         print("|---|---:|---:|---:|---:|---:|---:|")
