@@ -43,9 +43,9 @@ pub struct Config {
     /// table's own identifier fields.
     #[serde(default)]
     pub identifier_fields: Vec<String>,
-    /// How upserts and deletes reach the table.
-    #[serde(default)]
-    pub merge_strategy: MergeStrategy,
+    /// How upserts and deletes reach the table. Unset: the table's `write.update.mode` /
+    /// `write.delete.mode`, else merge-on-read.
+    pub merge_strategy: Option<MergeStrategy>,
 }
 
 /// How upserts and deletes are written.
@@ -62,6 +62,17 @@ pub enum MergeStrategy {
     /// Copy-on-write's key lookup, written as position-delete files.
     #[serde(rename = "merge-on-read-positional")]
     MergeOnReadPositional,
+}
+
+impl MergeStrategy {
+    /// The name as configs and table properties spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MergeStrategy::MergeOnRead => "merge-on-read",
+            MergeStrategy::CopyOnWrite => "copy-on-write",
+            MergeStrategy::MergeOnReadPositional => "merge-on-read-positional",
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -415,7 +426,7 @@ impl Config {
                 "commit.max_group_rows and commit.max_group_bytes must be greater than 0",
             ));
         }
-        if self.merge_strategy == MergeStrategy::MergeOnReadPositional {
+        if self.merge_strategy == Some(MergeStrategy::MergeOnReadPositional) {
             return Err(Error::config(
                 "merge_strategy: merge-on-read-positional is not implemented yet (merge-on-read \
                  and copy-on-write are)",

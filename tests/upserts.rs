@@ -1124,6 +1124,62 @@ fn copy_on_write_upsert_streams_still_merge_manifests() {
 }
 
 #[test]
+fn merge_on_read_upsert_streams_merge_their_delete_manifests() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(dir.path(), json!({"merge_strategy": "merge-on-read"}));
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":0,"v":"x"}"#)]);
+    let ident = table_ident("up", "t").unwrap();
+    rt.block_on(writer_props(
+        &w,
+        &ident,
+        HashMap::from([(
+            "commit.manifest.min-count-to-merge".to_string(),
+            "3".to_string(),
+        )]),
+    ));
+    drop(w);
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    for i in 1..=10i64 {
+        let p = format!(r#"{{"tenant":"t","id":{i},"v":"u{i}"}}"#);
+        call(&rt, &w, &[("upsert", p.as_str())]);
+    }
+    head_manifests_are_sound(&rt, &w, &config);
+    let mut model = Model::new();
+    model.insert(("t".into(), 0), vec!["x".into()]);
+    for i in 1..=10i64 {
+        model.insert(("t".into(), i), vec![format!("u{i}")]);
+    }
+    assert_eq!(scanned(&rt, &w, &config), expected(&model));
+    let t = rt
+        .block_on(w.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let mut props = floe::storage::file_io_props(&config.storage);
+    props.extend(t.io_props.clone());
+    let io = floe::storage::build_file_io(props);
+    let n = rt.block_on(async {
+        let bytes = io
+            .new_input(t.metadata.current_snapshot().unwrap().manifest_list())
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        ManifestList::parse_with_version(&bytes, t.metadata.format_version())
+            .unwrap()
+            .entries()
+            .len()
+    });
+    // Data and delete manifests merge separately: a few of each, not one per commit
+    // (without merging delete manifests: 12).
+    assert!(
+        n < 7,
+        "{n} manifests after 10 upserts with min-count-to-merge 3"
+    );
+}
+
+#[test]
 fn copy_on_write_refuses_v3_tables_clearly() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
@@ -1147,4 +1203,103 @@ fn copy_on_write_refuses_v3_tables_clearly() {
     }];
     let e = rt.block_on(w.write_batch(&m)).unwrap_err();
     assert!(e.to_string().contains("v3"), "{e}");
+}
+
+/// Copy-on-write finds keys in files of an earlier partition spec (merge-on-read refuses
+/// such a table) and writes what remains under the current spec.
+#[test]
+fn copy_on_write_upserts_after_partition_evolution_replace_old_rows() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(dir.path(), json!({"merge_strategy": "copy-on-write"}));
+    let first = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(
+        &rt,
+        &first,
+        &[
+            ("insert", r#"{"tenant":"t","id":1,"v":"old"}"#),
+            ("insert", r#"{"tenant":"t","id":2,"v":"old"}"#),
+            ("insert", r#"{"tenant":"t","id":3,"v":"old"}"#),
+        ],
+    );
+    let ident = table_ident("up", "t").unwrap();
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(2, "id_bucket", Transform::Bucket(4))
+        .unwrap()
+        .build();
+    rt.block_on(first.catalog().commit(
+        &ident,
+        vec![],
+        vec![
+            TableUpdate::AddSpec { spec },
+            TableUpdate::SetDefaultSpec { spec_id: -1 },
+        ],
+    ))
+    .unwrap();
+    drop(first);
+    let writer = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(
+        &rt,
+        &writer,
+        &[
+            ("upsert", r#"{"tenant":"t","id":1,"v":"new"}"#),
+            ("delete", r#"{"tenant":"t","id":2}"#),
+        ],
+    );
+    let mut model = Model::new();
+    model.insert(("t".into(), 1), vec!["new".into()]);
+    model.insert(("t".into(), 3), vec!["old".into()]);
+    assert_eq!(scanned(&rt, &writer, &config), expected(&model));
+    head_manifests_are_sound(&rt, &writer, &config);
+}
+
+/// Without merge_strategy, the table's write modes decide; a configured strategy they
+/// contradict is a config error naming both.
+#[test]
+fn the_tables_write_modes_decide_unless_the_config_contradicts_them() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(dir.path(), json!({}));
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
+    let ident = table_ident("up", "t").unwrap();
+    rt.block_on(writer_props(
+        &w,
+        &ident,
+        HashMap::from([
+            ("write.update.mode".to_string(), "copy-on-write".to_string()),
+            ("write.delete.mode".to_string(), "copy-on-write".to_string()),
+        ]),
+    ));
+    drop(w);
+    // Unset: follows the table (copy-on-write: no delete files).
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
+    let t = rt
+        .block_on(w.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let summary = &t
+        .metadata
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties;
+    assert_eq!(summary["total-delete-files"], "0");
+    assert_eq!(summary["deleted-data-files"], "1");
+    drop(w);
+    // Configured merge-on-read against the table's copy-on-write: refused, by name.
+    let mor = embedded(dir.path(), json!({"merge_strategy": "merge-on-read"}));
+    let w = rt.block_on(Writer::open(mor)).unwrap();
+    let m = [Message {
+        operation: Some("upsert"),
+        ..Message::insert(br#"{"tenant":"t","id":1,"v":"c"}"#)
+    }];
+    let e = rt.block_on(w.write_batch(&m)).unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
+    assert!(
+        e.to_string().contains("merge_strategy is merge-on-read")
+            && e.to_string().contains("copy-on-write"),
+        "{e}"
+    );
 }

@@ -63,7 +63,8 @@ pub struct CommitterOptions {
     pub writer_id: Option<String>,
     /// The configured key for upserts and deletes (empty: the table's own).
     pub identifier_fields: Vec<String>,
-    pub merge_strategy: MergeStrategy,
+    /// The configured strategy; `None` follows the table (see [`merge_strategy`]).
+    pub merge_strategy: Option<MergeStrategy>,
     pub parquet: ParquetConfig,
     /// The host's concurrent calls, when it said (see [`Gathering`]).
     pub callers: Option<usize>,
@@ -82,14 +83,17 @@ pub struct TableView {
     /// Why the table's own identifier fields cannot serve as the key (upserts and deletes
     /// then fail with this reason; inserts are unaffected).
     pub key_problem: Option<String>,
+    /// How this table's upserts and deletes are written.
+    pub strategy: MergeStrategy,
 }
 
 impl TableView {
     pub fn new(table: LoadedTable, file_io: FileIO, options: &CommitterOptions) -> Result<Self> {
+        let strategy = merge_strategy(options.merge_strategy, &table.metadata)?;
         let keys =
             KeyColumns::for_table(table.metadata.current_schema(), &options.identifier_fields)
                 .and_then(|keys| match &keys {
-                    Some(k) if options.merge_strategy == MergeStrategy::MergeOnRead => {
+                    Some(k) if strategy == MergeStrategy::MergeOnRead => {
                         check_merge_on_read(&table.metadata, k).map(|()| keys)
                     }
                     Some(_) => Ok(keys),
@@ -107,6 +111,7 @@ impl TableView {
             merge: MergePolicy::for_table(options.manifest_merge, &table.metadata)?,
             keys,
             key_problem,
+            strategy,
             table,
             file_io,
         })
@@ -114,6 +119,58 @@ impl TableView {
 
     pub fn schema_id(&self) -> i32 {
         self.table.metadata.current_schema_id()
+    }
+}
+
+/// The strategy for a table: the configured one, else the table's write modes, else
+/// merge-on-read. A configured strategy the table's write modes contradict is a config
+/// error: another engine writing this table would do the opposite, and a reader
+/// (Unity Catalog, Snowflake) may depend on copy-on-write.
+fn merge_strategy(
+    configured: Option<MergeStrategy>,
+    metadata: &TableMetadata,
+) -> Result<MergeStrategy> {
+    let mode = |key: &str| -> Result<Option<MergeStrategy>> {
+        match metadata
+            .properties()
+            .get(key)
+            .map(|v| v.trim().to_ascii_lowercase())
+        {
+            None => Ok(None),
+            Some(v) if v == "copy-on-write" => Ok(Some(MergeStrategy::CopyOnWrite)),
+            Some(v) if v == "merge-on-read" => Ok(Some(MergeStrategy::MergeOnRead)),
+            Some(v) => Err(Error::config(format!(
+                "table property {key}={v:?} is neither copy-on-write nor merge-on-read"
+            ))),
+        }
+    };
+    let (update, delete) = (mode("write.update.mode")?, mode("write.delete.mode")?);
+    let table = match (update, delete) {
+        (Some(u), Some(d)) if u != d => {
+            return Err(Error::config(
+                "the table's write.update.mode and write.delete.mode differ; floe writes a \
+                 commit's upserts and deletes with one strategy: set merge_strategy, or make \
+                 them agree",
+            ));
+        }
+        (u, d) => u.or(d),
+    };
+    match (configured, table) {
+        (Some(c), Some(t)) if c != t => Err(Error::config(format!(
+            "merge_strategy is {} but the table's write.update.mode / write.delete.mode say {}; \
+             change one of them (or leave merge_strategy unset to follow the table)",
+            c.name(),
+            t.name()
+        ))),
+        (Some(c), _) => Ok(c),
+        (None, Some(t)) => {
+            tracing::info!(
+                "upserts and deletes use {} (the table's write modes; merge_strategy is unset)",
+                t.name()
+            );
+            Ok(t)
+        }
+        (None, None) => Ok(MergeStrategy::MergeOnRead),
     }
 }
 
@@ -632,7 +689,7 @@ async fn encode_loop(
             deletes.as_ref(),
             &current,
             stage,
-            options.merge_strategy,
+            current.strategy,
         )
         .await;
         Pace::smooth(&mut pace.locked().encode, t0.elapsed());
@@ -642,7 +699,7 @@ async fn encode_loop(
             Ok((data_files, delete_files, staged)) => {
                 let touched = match (&current.keys, deletes) {
                     (Some(keys), Some(deletes))
-                        if options.merge_strategy == MergeStrategy::CopyOnWrite =>
+                        if current.strategy == MergeStrategy::CopyOnWrite =>
                     {
                         Some((deletes, keys.clone()))
                     }
@@ -875,6 +932,7 @@ impl CommitStage {
                 merge: current.merge,
                 keys: current.keys.clone(),
                 key_problem: current.key_problem.clone(),
+                strategy: current.strategy,
             }
         } else {
             match TableView::new(table.clone(), current.file_io.clone(), &self.options) {
@@ -892,6 +950,7 @@ impl CommitStage {
                         merge: current.merge,
                         keys: None,
                         key_problem: Some(e.to_string()),
+                        strategy: current.strategy,
                     }
                 }
             }
@@ -1312,7 +1371,7 @@ mod tests {
     fn options(linger_ms: u64, max_rows: usize, max_bytes: usize) -> CommitterOptions {
         CommitterOptions {
             identifier_fields: Vec::new(),
-            merge_strategy: MergeStrategy::MergeOnRead,
+            merge_strategy: None,
             max_retries: 0,
             retry_timeout: Duration::ZERO,
             cleanup_on_failure: true,

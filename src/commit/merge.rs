@@ -6,7 +6,10 @@
 //! (default 100) data manifests of the current spec, the small ones are packed into bins
 //! of up to `commit.manifest.target-size-bytes` (default 8 MiB) and each bin of two or
 //! more is rewritten as one manifest whose entries keep their snapshot ids and sequence
-//! numbers (status EXISTING). Entries already marked deleted are dropped.
+//! numbers (status EXISTING). Entries already marked deleted are dropped. Delete
+//! manifests (one per merge-on-read commit) merge the same way, among themselves: their
+//! entries keep their sequence numbers, so each delete still applies to exactly the rows
+//! it applied to.
 
 use iceberg::io::FileIO;
 use iceberg::spec::{
@@ -68,7 +71,8 @@ pub struct Merged {
 }
 
 /// Returns `carried` (the head's manifests) with small data manifests of the default
-/// spec merged when there are enough of them.
+/// spec merged when there are enough of them, and likewise small delete manifests (one
+/// per merge-on-read commit), each kind into its own bins.
 pub async fn merge_manifests(
     metadata: &TableMetadata,
     file_io: &FileIO,
@@ -77,9 +81,43 @@ pub async fn merge_manifests(
     carried: Vec<ManifestFile>,
     policy: &MergePolicy,
 ) -> Result<Merged> {
+    let mut merged = Merged {
+        manifests: carried,
+        written: Vec::new(),
+    };
+    for (content, prefix) in [
+        (ManifestContentType::Data, "m"),
+        (ManifestContentType::Deletes, "dm"),
+    ] {
+        let carried = std::mem::take(&mut merged.manifests);
+        let step = merge_kind(
+            metadata,
+            file_io,
+            (snapshot_id, commit_id),
+            carried,
+            policy,
+            (content, prefix),
+        )
+        .await?;
+        merged.manifests = step.manifests;
+        merged.written.extend(step.written);
+    }
+    Ok(merged)
+}
+
+/// Merges the small manifests of one content kind; merged bins are named
+/// `{commit}-{snapshot}-{prefix}{n}.avro` (n from 1: `m0` and `d0` are a commit's own).
+async fn merge_kind(
+    metadata: &TableMetadata,
+    file_io: &FileIO,
+    (snapshot_id, commit_id): (i64, Uuid),
+    carried: Vec<ManifestFile>,
+    policy: &MergePolicy,
+    (content, prefix): (ManifestContentType, &str),
+) -> Result<Merged> {
     let spec_id = metadata.default_partition_spec_id();
     let mergeable = |m: &ManifestFile| {
-        m.content == ManifestContentType::Data
+        m.content == content
             && m.partition_spec_id == spec_id
             && (m.manifest_length as u64) < policy.target_bytes
     };
@@ -100,11 +138,11 @@ pub async fn merge_manifests(
             continue;
         }
         let path = format!(
-            "{}/metadata/{commit_id}-{snapshot_id}-m{}.avro",
+            "{}/metadata/{commit_id}-{snapshot_id}-{prefix}{}.avro",
             metadata.location(),
             n + 1
         );
-        let merged = rewrite(metadata, file_io, snapshot_id, &path, &bin).await?;
+        let merged = rewrite(metadata, file_io, snapshot_id, &path, &bin, content).await?;
         written.push(path);
         kept.push(merged);
     }
@@ -141,6 +179,7 @@ async fn rewrite(
     snapshot_id: i64,
     path: &str,
     bin: &[ManifestFile],
+    content: ManifestContentType,
 ) -> Result<ManifestFile> {
     let spec = metadata.default_partition_spec().as_ref().clone();
     let builder = ManifestWriterBuilder::new(
@@ -149,10 +188,13 @@ async fn rewrite(
         metadata.current_schema().clone(),
         spec,
     );
-    let mut writer = match metadata.format_version() {
-        FormatVersion::V1 => builder.build_v1(),
-        FormatVersion::V2 => builder.build_v2_data(),
-        FormatVersion::V3 => builder.build_v3_data(),
+    let deletes = content == ManifestContentType::Deletes;
+    let mut writer = match (metadata.format_version(), deletes) {
+        (FormatVersion::V1, _) => builder.build_v1(),
+        (FormatVersion::V2, false) => builder.build_v2_data(),
+        (FormatVersion::V2, true) => builder.build_v2_deletes(),
+        (FormatVersion::V3, false) => builder.build_v3_data(),
+        (FormatVersion::V3, true) => builder.build_v3_deletes(),
     };
     for source in bin {
         let manifest = source.load_manifest(file_io).await?;

@@ -63,6 +63,40 @@ pub async fn rewrite_files(
     carried: Vec<ManifestFile>,
     cow: &CopyOnWrite,
 ) -> Result<Rewrite> {
+    let mut written = Vec::new();
+    let planned = plan_and_rewrite(
+        metadata,
+        file_io,
+        (snapshot_id, commit_id, attempt),
+        carried,
+        cow,
+        &mut written,
+    )
+    .await;
+    match planned {
+        Ok(rewrite) => Ok(Rewrite { written, ..rewrite }),
+        Err(e) => {
+            // Nothing references what a failed plan wrote.
+            for path in &written {
+                if let Err(d) = file_io.delete(path).await {
+                    tracing::warn!("could not delete {path} of a failed rewrite: {d}");
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+/// [`rewrite_files`]'s work; every file it writes is recorded in `written` as soon as it
+/// exists.
+async fn plan_and_rewrite(
+    metadata: &TableMetadata,
+    file_io: &FileIO,
+    (snapshot_id, commit_id, attempt): (i64, Uuid, u32),
+    carried: Vec<ManifestFile>,
+    cow: &CopyOnWrite,
+    written: &mut Vec<String>,
+) -> Result<Rewrite> {
     let keys = &cow.keys;
     let converter = keys.converter()?;
     let touched_rows = keys.rows(&converter, &cow.touched)?;
@@ -74,7 +108,6 @@ pub async fn rewrite_files(
     let mut manifests = Vec::with_capacity(carried.len());
     let mut removed = Vec::new();
     let mut added = Vec::new();
-    let mut written = Vec::new();
     if metadata.format_version() == FormatVersion::V3 {
         // Copied manifests would give untouched files new row ids (iceberg-rust does not
         // read inherited first row ids back), as merging would (see commit::merge).
@@ -128,6 +161,7 @@ pub async fn rewrite_files(
             "{}/metadata/{commit_id}-{snapshot_id}-{attempt}-r{n}.avro",
             metadata.location()
         );
+        written.push(path.clone());
         let rewritten = without_files(
             metadata,
             file_io,
@@ -137,14 +171,13 @@ pub async fn rewrite_files(
             &removed_here,
         )
         .await?;
-        written.push(path);
         manifests.push(rewritten);
     }
     Ok(Rewrite {
         manifests,
         removed,
         added,
-        written,
+        written: Vec::new(),
     })
 }
 
