@@ -26,7 +26,7 @@ use crate::commit::committer::{
     Claim, Claimed, CommitterOptions, Submission, TableCommitter, TableView,
 };
 use crate::commit::offsets::SourceOffsets;
-use crate::config::{CatalogKind, Config};
+use crate::config::{CatalogKind, Config, MergeStrategy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::partition_spec::parse_partition_spec;
 use crate::shred::{DecodeOptions, MessageError, Shredder};
@@ -590,7 +590,7 @@ impl Writer {
                     schema,
                     partition_spec,
                     location,
-                    properties: created_table_properties(),
+                    properties: created_table_properties(self.config.merge_strategy),
                 },
             )
             .await
@@ -601,11 +601,19 @@ impl Writer {
 /// second, and every commit writes a new `metadata.json`: old ones are deleted once
 /// they fall out of the metadata log (its default 100 versions), as Iceberg's catalogs
 /// do when this is set, instead of piling up.
-fn created_table_properties() -> HashMap<String, String> {
-    HashMap::from([(
+fn created_table_properties(strategy: Option<MergeStrategy>) -> HashMap<String, String> {
+    let mut props = HashMap::from([(
         crate::catalog::sql::DELETE_AFTER_COMMIT.to_string(),
         "true".to_string(),
-    )])
+    )]);
+    // A configured strategy is recorded, so other writers (and floe without the setting)
+    // write the table the same way.
+    if let Some(s) = strategy {
+        for key in ["write.update.mode", "write.delete.mode", "write.merge.mode"] {
+            props.insert(key.to_string(), s.name().to_string());
+        }
+    }
+    props
 }
 
 /// How exactly-once splits one table's messages (positions within the group).

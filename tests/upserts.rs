@@ -1254,7 +1254,7 @@ fn copy_on_write_upserts_after_partition_evolution_replace_old_rows() {
 }
 
 /// Without merge_strategy, the table's write modes decide; a configured strategy they
-/// contradict is a config error naming both.
+/// contradict fails upserts and deletes with a config error naming both.
 #[test]
 fn the_tables_write_modes_decide_unless_the_config_contradicts_them() {
     let rt = runtime();
@@ -1295,11 +1295,119 @@ fn the_tables_write_modes_decide_unless_the_config_contradicts_them() {
         operation: Some("upsert"),
         ..Message::insert(br#"{"tenant":"t","id":1,"v":"c"}"#)
     }];
-    let e = rt.block_on(w.write_batch(&m)).unwrap_err();
+    // The upsert fails (not as the message's fault); inserts would still commit.
+    let out = rt.block_on(w.write_batch(&m)).unwrap();
+    let e = out.failures[0].as_ref().expect("the upsert is refused");
     assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
     assert!(
         e.to_string().contains("merge_strategy is merge-on-read")
             && e.to_string().contains("copy-on-write"),
         "{e}"
     );
+}
+
+/// Write modes floe cannot follow (they differ from each other) refuse upserts, never
+/// inserts.
+#[test]
+fn differing_write_modes_refuse_upserts_not_inserts() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(dir.path(), json!({}));
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
+    let ident = table_ident("up", "t").unwrap();
+    rt.block_on(writer_props(
+        &w,
+        &ident,
+        HashMap::from([
+            ("write.update.mode".to_string(), "copy-on-write".to_string()),
+            ("write.delete.mode".to_string(), "merge-on-read".to_string()),
+        ]),
+    ));
+    drop(w);
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":2,"v":"b"}"#)]);
+    let m = [Message {
+        operation: Some("upsert"),
+        ..Message::insert(br#"{"tenant":"t","id":1,"v":"c"}"#)
+    }];
+    let out = rt.block_on(w.write_batch(&m)).unwrap();
+    let e = out.failures[0].as_ref().expect("the upsert is refused");
+    assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
+    assert!(e.to_string().contains("write.update.mode"), "{e}");
+}
+
+/// A table created with a configured strategy records it, so a pipeline without the
+/// setting writes it the same way.
+#[test]
+fn a_created_table_records_the_configured_strategy() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let cow = embedded(dir.path(), json!({"merge_strategy": "copy-on-write"}));
+    let w = rt.block_on(Writer::open(cow)).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
+    drop(w);
+    let unset = embedded(dir.path(), json!({}));
+    let w = rt.block_on(Writer::open(unset)).unwrap();
+    call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
+    let ident = table_ident("up", "t").unwrap();
+    let t = rt
+        .block_on(w.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        t.metadata.properties()["write.update.mode"],
+        "copy-on-write"
+    );
+    let summary = &t
+        .metadata
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties;
+    assert_eq!(summary["total-delete-files"], "0");
+}
+
+/// Merged delete manifests keep each delete's sequence number: the same key upserted
+/// over many commits (and another inserted then deleted) keeps exactly its last value
+/// while delete manifests merge.
+#[test]
+fn merged_delete_manifests_keep_their_sequence_numbers() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(dir.path(), json!({"merge_strategy": "merge-on-read"}));
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":0,"v":"x"}"#)]);
+    let ident = table_ident("up", "t").unwrap();
+    rt.block_on(writer_props(
+        &w,
+        &ident,
+        HashMap::from([(
+            "commit.manifest.min-count-to-merge".to_string(),
+            "3".to_string(),
+        )]),
+    ));
+    drop(w);
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    for i in 1..=8i64 {
+        let upsert = format!(r#"{{"tenant":"t","id":1,"v":"u{i}"}}"#);
+        call(&rt, &w, &[("upsert", upsert.as_str())]);
+        call(&rt, &w, &[("insert", r#"{"tenant":"t","id":2,"v":"tmp"}"#)]);
+        call(&rt, &w, &[("delete", r#"{"tenant":"t","id":2}"#)]);
+        let mut model = Model::new();
+        model.insert(("t".into(), 0), vec!["x".into()]);
+        model.insert(("t".into(), 1), vec![format!("u{i}")]);
+        assert_eq!(scanned(&rt, &w, &config), expected(&model), "round {i}");
+        let t = rt
+            .block_on(w.catalog().load_table(&ident))
+            .unwrap()
+            .unwrap();
+        let duck = read_back(
+            "duckdb-file",
+            json!({"metadata": t.metadata_location.unwrap(),
+                   "sql": "SELECT tenant, id, v FROM $T"}),
+        );
+        assert_eq!(rows_of(&duck), expected(&model), "DuckDB, round {i}");
+    }
+    head_manifests_are_sound(&rt, &w, &config);
 }

@@ -89,7 +89,15 @@ pub struct TableView {
 
 impl TableView {
     pub fn new(table: LoadedTable, file_io: FileIO, options: &CommitterOptions) -> Result<Self> {
-        let strategy = merge_strategy(options.merge_strategy, &table.metadata)?;
+        // Write modes floe cannot follow only matter for upserts and deletes.
+        let (strategy, strategy_problem) =
+            match merge_strategy(options.merge_strategy, &table.metadata) {
+                Ok(s) => (s, None),
+                Err(e) => (
+                    options.merge_strategy.unwrap_or_default(),
+                    Some(e.to_string()),
+                ),
+            };
         let keys =
             KeyColumns::for_table(table.metadata.current_schema(), &options.identifier_fields)
                 .and_then(|keys| match &keys {
@@ -102,6 +110,7 @@ impl TableView {
         // A configured key must work; a key the table brings (set by another tool) only
         // matters once a message upserts or deletes, so inserts go on without it.
         let (keys, key_problem) = match keys {
+            _ if strategy_problem.is_some() => (None, strategy_problem),
             Ok(keys) => (keys.map(Arc::new), None),
             Err(e) if options.identifier_fields.is_empty() => (None, Some(e.to_string())),
             Err(e) => return Err(e),
@@ -164,7 +173,9 @@ fn merge_strategy(
         ))),
         (Some(c), _) => Ok(c),
         (None, Some(t)) => {
-            tracing::info!(
+            // Debug: views are rebuilt whenever a property changes (with exactly-once,
+            // every commit).
+            tracing::debug!(
                 "upserts and deletes use {} (the table's write modes; merge_strategy is unset)",
                 t.name()
             );
