@@ -133,18 +133,25 @@ fn scan_columns(
         .runtime(iceberg::Runtime::new(rt))
         .build()
         .unwrap();
+    // iceberg-rust 0.10.1's scan was seen to hang (parked, no CPU) on a table with many
+    // small delete files: fail fast instead of stalling the suite.
     let batches: Vec<arrow_array::RecordBatch> = rt.block_on(async {
-        table
-            .scan()
-            .select(columns.iter().copied())
-            .build()
-            .unwrap()
-            .to_arrow()
+        let scan = async {
+            table
+                .scan()
+                .select(columns.iter().copied())
+                .build()
+                .unwrap()
+                .to_arrow()
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap()
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(120), scan)
             .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap()
+            .expect("iceberg-rust's scan did not finish within 120 s")
     });
     let mut rows = Vec::new();
     for b in batches {
@@ -1098,25 +1105,7 @@ fn copy_on_write_upsert_streams_still_merge_manifests() {
         call(&rt, &w, &[("upsert", p.as_str())]);
     }
     head_manifests_are_sound(&rt, &w, &config);
-    let t = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
-    let mut props = floe::storage::file_io_props(&config.storage);
-    props.extend(t.io_props.clone());
-    let io = floe::storage::build_file_io(props);
-    let n = rt.block_on(async {
-        let bytes = io
-            .new_input(t.metadata.current_snapshot().unwrap().manifest_list())
-            .unwrap()
-            .read()
-            .await
-            .unwrap();
-        ManifestList::parse_with_version(&bytes, t.metadata.format_version())
-            .unwrap()
-            .entries()
-            .len()
-    });
+    let n = head_manifest_count(&rt, &w, &config);
     assert!(
         n < 4,
         "{n} manifests after 10 upserts with min-count-to-merge 3"
@@ -1152,25 +1141,7 @@ fn merge_on_read_upsert_streams_merge_their_delete_manifests() {
         model.insert(("t".into(), i), vec![format!("u{i}")]);
     }
     assert_eq!(scanned(&rt, &w, &config), expected(&model));
-    let t = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
-    let mut props = floe::storage::file_io_props(&config.storage);
-    props.extend(t.io_props.clone());
-    let io = floe::storage::build_file_io(props);
-    let n = rt.block_on(async {
-        let bytes = io
-            .new_input(t.metadata.current_snapshot().unwrap().manifest_list())
-            .unwrap()
-            .read()
-            .await
-            .unwrap();
-        ManifestList::parse_with_version(&bytes, t.metadata.format_version())
-            .unwrap()
-            .entries()
-            .len()
-    });
+    let n = head_manifest_count(&rt, &w, &config);
     // Data and delete manifests merge separately: a few of each, not one per commit
     // (without merging delete manifests: 12).
     assert!(
@@ -1370,7 +1341,8 @@ fn a_created_table_records_the_configured_strategy() {
 
 /// Merged delete manifests keep each delete's sequence number: the same key upserted
 /// over many commits (and another inserted then deleted) keeps exactly its last value
-/// while delete manifests merge.
+/// while delete manifests merge. Read by DuckDB: iceberg-rust 0.10.1's scan hung on this
+/// table (24 small delete files) in one run.
 #[test]
 fn merged_delete_manifests_keep_their_sequence_numbers() {
     let rt = runtime();
@@ -1397,7 +1369,6 @@ fn merged_delete_manifests_keep_their_sequence_numbers() {
         let mut model = Model::new();
         model.insert(("t".into(), 0), vec!["x".into()]);
         model.insert(("t".into(), 1), vec![format!("u{i}")]);
-        assert_eq!(scanned(&rt, &w, &config), expected(&model), "round {i}");
         let t = rt
             .block_on(w.catalog().load_table(&ident))
             .unwrap()
@@ -1410,4 +1381,28 @@ fn merged_delete_manifests_keep_their_sequence_numbers() {
         assert_eq!(rows_of(&duck), expected(&model), "DuckDB, round {i}");
     }
     head_manifests_are_sound(&rt, &w, &config);
+}
+
+/// How many manifests the head's manifest list of table `up.t` names.
+fn head_manifest_count(rt: &tokio::runtime::Runtime, w: &Writer, config: &Config) -> usize {
+    let ident = table_ident("up", "t").unwrap();
+    let t = rt
+        .block_on(w.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let mut props = floe::storage::file_io_props(&config.storage);
+    props.extend(t.io_props.clone());
+    let io = floe::storage::build_file_io(props);
+    rt.block_on(async {
+        let bytes = io
+            .new_input(t.metadata.current_snapshot().unwrap().manifest_list())
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        ManifestList::parse_with_version(&bytes, t.metadata.format_version())
+            .unwrap()
+            .entries()
+            .len()
+    })
 }
