@@ -11,10 +11,12 @@
 //! entries keep their sequence numbers, so each delete still applies to exactly the rows
 //! it applied to.
 
+use std::collections::HashSet;
+
 use iceberg::io::FileIO;
 use iceberg::spec::{
     FormatVersion, ManifestContentType, ManifestFile, ManifestStatus, ManifestWriterBuilder,
-    TableMetadata,
+    PartitionSpec, TableMetadata,
 };
 use uuid::Uuid;
 
@@ -142,7 +144,17 @@ async fn merge_kind(
             metadata.location(),
             n + 1
         );
-        let merged = rewrite(metadata, file_io, snapshot_id, &path, &bin, content).await?;
+        let spec = metadata.default_partition_spec().as_ref().clone();
+        let merged = rewrite(
+            metadata,
+            file_io,
+            snapshot_id,
+            &path,
+            &bin,
+            (content, spec),
+            &HashSet::new(),
+        )
+        .await?;
         written.push(path);
         kept.push(merged);
     }
@@ -173,15 +185,18 @@ fn pack(manifests: Vec<ManifestFile>, target: u64) -> Vec<Vec<ManifestFile>> {
     bins
 }
 
-async fn rewrite(
+/// Writes the live entries of the manifests `bin` (of `content`, under `spec`) as one
+/// manifest at `path`, keeping their snapshot ids and sequence numbers: EXISTING, or
+/// DELETED for the files in `removed` (a copy-on-write commit removing them).
+pub(crate) async fn rewrite(
     metadata: &TableMetadata,
     file_io: &FileIO,
     snapshot_id: i64,
     path: &str,
     bin: &[ManifestFile],
-    content: ManifestContentType,
+    (content, spec): (ManifestContentType, PartitionSpec),
+    removed: &HashSet<String>,
 ) -> Result<ManifestFile> {
-    let spec = metadata.default_partition_spec().as_ref().clone();
     let builder = ManifestWriterBuilder::new(
         file_io.new_output(path)?,
         Some(snapshot_id),
@@ -219,12 +234,12 @@ async fn rewrite(
             // entries, and Iceberg's writer requires one: the data sequence number is the
             // closest known value (equal unless the file was rewritten by a compaction).
             let file_sequence = entry.file_sequence_number.or(Some(sequence));
-            writer.add_existing_file(
-                entry.data_file().clone(),
-                snapshot,
-                sequence,
-                file_sequence,
-            )?;
+            let file = entry.data_file().clone();
+            if removed.contains(file.file_path()) {
+                writer.add_delete_file(file, sequence, file_sequence)?;
+            } else {
+                writer.add_existing_file(file, snapshot, sequence, file_sequence)?;
+            }
         }
     }
     Ok(writer.write_manifest_file().await?)

@@ -19,15 +19,16 @@ use arrow_select::filter::filter_record_batch;
 use bytes::Bytes;
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestStatus,
-    ManifestWriterBuilder, PrimitiveLiteral, TableMetadata,
+    DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile, PrimitiveLiteral,
+    TableMetadata,
 };
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use uuid::Uuid;
 
 use super::keys::KeyColumns;
-use crate::error::{Error, ErrorKind, Result};
+use crate::commit::merge::rewrite;
+use crate::error::{Error, Result};
 use crate::write::{FileSettings, write_data_files};
 
 /// What a copy-on-write commit removes: every row with one of `touched`'s keys.
@@ -201,7 +202,7 @@ fn refuse_live_delete_files(carried: &[ManifestFile]) -> Result<()> {
 }
 
 /// A copy of `source` in which the `removed` files are DELETED entries and every other
-/// live file an EXISTING one (with its sequence numbers).
+/// live file an EXISTING one (with its sequence numbers), under the source's own spec.
 async fn without_files(
     metadata: &TableMetadata,
     file_io: &FileIO,
@@ -218,41 +219,9 @@ async fn without_files(
                 source.manifest_path, source.partition_spec_id
             ))
         })?;
-    let builder = ManifestWriterBuilder::new(
-        file_io.new_output(path)?,
-        Some(snapshot_id),
-        metadata.current_schema().clone(),
-        spec.as_ref().clone(),
-    );
-    let mut writer = match metadata.format_version() {
-        FormatVersion::V1 => builder.build_v1(),
-        FormatVersion::V2 => builder.build_v2_data(),
-        FormatVersion::V3 => builder.build_v3_data(),
-    };
-    let manifest = source.load_manifest(file_io).await?;
-    for entry in manifest.entries() {
-        if entry.status() == ManifestStatus::Deleted {
-            continue;
-        }
-        let snapshot = entry.snapshot_id().unwrap_or(source.added_snapshot_id);
-        let sequence = entry.sequence_number().ok_or_else(|| {
-            Error::new(
-                ErrorKind::Internal,
-                format!(
-                    "manifest {} has an entry without a data sequence number",
-                    source.manifest_path
-                ),
-            )
-        })?;
-        let file_sequence = entry.file_sequence_number.or(Some(sequence));
-        let file = entry.data_file().clone();
-        if removed.contains(file.file_path()) {
-            writer.add_delete_file(file, sequence, file_sequence)?;
-        } else {
-            writer.add_existing_file(file, snapshot, sequence, file_sequence)?;
-        }
-    }
-    Ok(writer.write_manifest_file().await?)
+    let content = (ManifestContentType::Data, spec.as_ref().clone());
+    let bin = std::slice::from_ref(source);
+    rewrite(metadata, file_io, snapshot_id, path, bin, content, removed).await
 }
 
 /// Whether a Parquet data file holds any touched key, reading its key columns only.
