@@ -113,7 +113,8 @@ def main():
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--in-flight", default="1,4")
-    ap.add_argument("--strategies", default="insert,merge-on-read,copy-on-write")
+    ap.add_argument("--strategies",
+                    default="insert,merge-on-read,merge-on-read-positional,copy-on-write")
     ap.add_argument("--workload", choices=sorted(KEY_MAPPINGS), default="clustered")
     args = ap.parse_args()
     from pyiceberg.catalog import load_catalog

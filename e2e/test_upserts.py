@@ -47,7 +47,7 @@ def read_rows(tmp_path):
     return table, rows
 
 
-@pytest.mark.parametrize("strategy", ["merge-on-read", "copy-on-write"])
+@pytest.mark.parametrize("strategy", ["merge-on-read", "copy-on-write", "merge-on-read-positional"])
 def test_upserts_in_order_leave_the_last_operation_per_key(tmp_path, strategy):
     count = 20_000
     res = run_floe(tmp_path, upsert_pipeline(count, 1, strategy))
@@ -63,12 +63,19 @@ def test_upserts_in_order_leave_the_last_operation_per_key(tmp_path, strategy):
     if strategy == "copy-on-write":
         # No delete files: pyiceberg (which reads no equality deletes) sees the same rows.
         assert table.current_snapshot().summary["total-delete-files"] == "0"
+    if strategy == "merge-on-read-positional":
+        # Position deletes only: pyiceberg applies them.
+        summary = table.current_snapshot().summary
+        assert summary["total-equality-deletes"] == "0"
+        assert int(summary["total-position-deletes"]) > 0
+    if strategy != "merge-on-read":
         scanned = table.scan(selected_fields=("id", "v", "n")).to_arrow().to_pylist()
         assert sorted((r["id"], r["v"], r["n"]) for r in scanned) == want
 
 
 @pytest.mark.parametrize("max_in_flight,strategy",
-                         [(4, "merge-on-read"), (8, "merge-on-read"), (4, "copy-on-write")])
+                         [(4, "merge-on-read"), (8, "merge-on-read"), (4, "copy-on-write"),
+                          (4, "merge-on-read-positional")])
 def test_concurrent_upserts_keep_one_row_per_key(tmp_path, max_in_flight, strategy):
     count = 20_000
     res = run_floe(tmp_path, upsert_pipeline(count, max_in_flight, strategy))

@@ -48,6 +48,12 @@ pub struct Config {
     pub merge_strategy: Option<MergeStrategy>,
 }
 
+/// Table property naming the kind of delete files merge-on-read writes on this table:
+/// `position` for floe's positional strategy (Iceberg's write modes only say
+/// merge-on-read), so a writer that follows the table keeps readers that apply position
+/// deletes but not equality deletes (pyiceberg) able to read it.
+pub const MERGE_ON_READ_DELETES: &str = "floe.merge-on-read-deletes";
+
 /// How upserts and deletes are written.
 #[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
 pub enum MergeStrategy {
@@ -71,6 +77,26 @@ impl MergeStrategy {
             MergeStrategy::MergeOnRead => "merge-on-read",
             MergeStrategy::CopyOnWrite => "copy-on-write",
             MergeStrategy::MergeOnReadPositional => "merge-on-read-positional",
+        }
+    }
+
+    /// The value of Iceberg's `write.update.mode` / `write.delete.mode` that means this
+    /// strategy (positional deletes are merge-on-read, as Spark writes it).
+    pub fn write_mode(self) -> &'static str {
+        match self {
+            MergeStrategy::CopyOnWrite => "copy-on-write",
+            MergeStrategy::MergeOnRead | MergeStrategy::MergeOnReadPositional => "merge-on-read",
+        }
+    }
+
+    /// How the commit stage removes the old rows of touched keys; `None` when the
+    /// delete files written with the data do it (equality deletes).
+    pub fn removal(self) -> Option<crate::rowops::removal::Removal> {
+        use crate::rowops::removal::Removal;
+        match self {
+            MergeStrategy::MergeOnRead => None,
+            MergeStrategy::CopyOnWrite => Some(Removal::Rewrite),
+            MergeStrategy::MergeOnReadPositional => Some(Removal::PositionDeletes),
         }
     }
 }
@@ -424,12 +450,6 @@ impl Config {
         if self.commit.max_group_rows == 0 || self.commit.max_group_bytes == 0 {
             return Err(Error::config(
                 "commit.max_group_rows and commit.max_group_bytes must be greater than 0",
-            ));
-        }
-        if self.merge_strategy == Some(MergeStrategy::MergeOnReadPositional) {
-            return Err(Error::config(
-                "merge_strategy: merge-on-read-positional is not implemented yet (merge-on-read \
-                 and copy-on-write are)",
             ));
         }
         if let Some(name) = self.identifier_fields.iter().find(|n| n.trim().is_empty()) {

@@ -610,7 +610,13 @@ fn created_table_properties(strategy: Option<MergeStrategy>) -> HashMap<String, 
     // write the table the same way.
     if let Some(s) = strategy {
         for key in ["write.update.mode", "write.delete.mode", "write.merge.mode"] {
-            props.insert(key.to_string(), s.name().to_string());
+            props.insert(key.to_string(), s.write_mode().to_string());
+        }
+        if s == MergeStrategy::MergeOnReadPositional {
+            props.insert(
+                crate::config::MERGE_ON_READ_DELETES.to_string(),
+                "position".to_string(),
+            );
         }
     }
     props

@@ -175,20 +175,58 @@ fn schema() -> Value {
     ]})
 }
 
-/// Runs the random stream against `base` (a catalog + storage config), checking every
-/// commit with DuckDB (`duck` reader args) and iceberg-rust's scan.
-/// Which strategy a model run uses, and for copy-on-write the pyiceberg reader (it reads
-/// no equality deletes, so only copy-on-write tables).
+/// Which strategy a model run uses. pyiceberg reads no equality deletes, so it reads
+/// back only the others' tables.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Strategy {
     MergeOnRead,
-    CopyOnWrite { pyiceberg: (&'static str, Value) },
+    CopyOnWrite,
+    Positional,
 }
 
+/// Runs the random stream on the embedded catalog, checking every commit with DuckDB,
+/// iceberg-rust's scan and (except merge-on-read) pyiceberg.
+fn model_run_embedded(strategy: Strategy) {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().join("wh");
+    let pyiceberg = json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
+                           "warehouse": format!("file://{}", wh.display()), "table": "up.t"});
+    model_run(
+        json!({"catalog": {"warehouse": wh.to_str().unwrap()}}),
+        ("t", None),
+        strategy,
+        ("pyiceberg-sql", pyiceberg),
+        |metadata| ("duckdb-file".into(), json!({"metadata": metadata})),
+    );
+}
+
+/// The same on the REST fixture and SeaweedFS, into `up.<table>` partitioned by `partition`.
+fn model_run_rest(table: &str, partition: &str, strategy: Strategy) {
+    model_run(
+        services().floe_config(),
+        (table, Some(partition)),
+        strategy,
+        (
+            "pyiceberg-rest",
+            services().pyiceberg_args(&format!("up.{table}")),
+        ),
+        |metadata| {
+            (
+                "duckdb-s3".into(),
+                json!({"metadata": metadata, "s3": services().duckdb_s3()}),
+            )
+        },
+    );
+}
+
+/// Runs the random stream against `base` (a catalog + storage config), checking every
+/// commit with DuckDB (`duck` reader args), iceberg-rust's scan and, for tables without
+/// equality deletes, pyiceberg (`pyiceberg` reader args).
 fn model_run(
     base: Value,
-    table: &str,
-    partition: Option<&str>,
+    (table, partition): (&str, Option<&str>),
     strategy: Strategy,
+    pyiceberg: (&str, Value),
     duck: impl Fn(&str) -> (String, Value),
 ) {
     let rt = runtime();
@@ -200,7 +238,8 @@ fn model_run(
             "identifier_fields": ["tenant", "id"],
             "merge_strategy": match strategy {
                 Strategy::MergeOnRead => "merge-on-read",
-                Strategy::CopyOnWrite { .. } => "copy-on-write",
+                Strategy::CopyOnWrite => "copy-on-write",
+                Strategy::Positional => "merge-on-read-positional",
             },
             "schema_evolution": {"enabled": true, "schema": schema()},
         }),
@@ -248,7 +287,7 @@ fn model_run(
             want,
             "iceberg-rust after batch {batch}"
         );
-        if let Strategy::CopyOnWrite { pyiceberg } = &strategy {
+        if strategy != Strategy::MergeOnRead {
             let out = read_back(pyiceberg.0, pyiceberg.1.clone());
             assert_eq!(rows_of(&out), want, "pyiceberg after batch {batch}");
         }
@@ -270,11 +309,23 @@ fn model_run(
             assert!(props["added-equality-deletes"].parse::<u64>().unwrap() > 0)
         }
         // Copy-on-write leaves no delete files, and its totals follow the removals.
-        Strategy::CopyOnWrite { .. } => {
+        Strategy::CopyOnWrite => {
             assert_eq!(props["total-delete-files"], "0");
             assert!(props["deleted-data-files"].parse::<u64>().unwrap() > 0);
             let live: usize = model.values().map(Vec::len).sum();
             assert_eq!(props["total-records"], live.to_string());
+        }
+        // Position deletes only, each row deleted once: live rows are the records
+        // written minus the positions deleted.
+        Strategy::Positional => {
+            assert_eq!(props["total-equality-deletes"], "0");
+            assert!(props["added-position-deletes"].parse::<u64>().unwrap() > 0);
+            let live: u64 = model.values().map(|v| v.len() as u64).sum();
+            let total = |k: &str| props[k].parse::<u64>().unwrap();
+            assert_eq!(
+                total("total-records") - total("total-position-deletes"),
+                live
+            );
         }
     }
     let mut ids: Vec<i32> = table
@@ -288,68 +339,36 @@ fn model_run(
 
 #[test]
 fn merge_on_read_matches_the_model_on_the_embedded_catalog() {
-    let dir = tempfile::tempdir().unwrap();
-    let wh = dir.path().join("wh");
-    model_run(
-        json!({"catalog": {"warehouse": wh.to_str().unwrap()}}),
-        "t",
-        None,
-        Strategy::MergeOnRead,
-        |metadata| ("duckdb-file".into(), json!({"metadata": metadata})),
-    );
+    model_run_embedded(Strategy::MergeOnRead);
 }
 
 #[test]
 fn copy_on_write_matches_the_model_on_the_embedded_catalog() {
-    let dir = tempfile::tempdir().unwrap();
-    let wh = dir.path().join("wh");
-    let pyiceberg = json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
-                           "warehouse": format!("file://{}", wh.display()), "table": "up.t"});
-    model_run(
-        json!({"catalog": {"warehouse": wh.to_str().unwrap()}}),
-        "t",
-        None,
-        Strategy::CopyOnWrite {
-            pyiceberg: ("pyiceberg-sql", pyiceberg),
-        },
-        |metadata| ("duckdb-file".into(), json!({"metadata": metadata})),
-    );
+    model_run_embedded(Strategy::CopyOnWrite);
+}
+
+#[test]
+fn positional_matches_the_model_on_the_embedded_catalog() {
+    model_run_embedded(Strategy::Positional);
 }
 
 /// Partitioned by a column that is not part of the key and changes with every message:
 /// an upsert moves its key to another partition, and the old row must go.
 #[test]
 fn copy_on_write_matches_the_model_on_rest_and_s3_with_keys_moving_partitions() {
-    model_run(
-        services().floe_config(),
-        "cow",
-        Some("(bucket(4, n))"),
-        Strategy::CopyOnWrite {
-            pyiceberg: ("pyiceberg-rest", services().pyiceberg_args("up.cow")),
-        },
-        |metadata| {
-            (
-                "duckdb-s3".into(),
-                json!({"metadata": metadata, "s3": services().duckdb_s3()}),
-            )
-        },
-    );
+    model_run_rest("cow", "(bucket(4, n))", Strategy::CopyOnWrite);
+}
+
+/// Position deletes go into the partition of the data file they name: an upsert that
+/// moves its key to another partition deletes the old row where it is.
+#[test]
+fn positional_matches_the_model_on_rest_and_s3_with_keys_moving_partitions() {
+    model_run_rest("pos", "(bucket(4, n))", Strategy::Positional);
 }
 
 #[test]
 fn merge_on_read_matches_the_model_on_rest_and_s3_partitioned_by_key() {
-    model_run(
-        services().floe_config(),
-        "mor",
-        Some("(tenant, bucket(4, id))"),
-        Strategy::MergeOnRead,
-        |metadata| {
-            (
-                "duckdb-s3".into(),
-                json!({"metadata": metadata, "s3": services().duckdb_s3()}),
-            )
-        },
-    );
+    model_run_rest("mor", "(tenant, bucket(4, id))", Strategy::MergeOnRead);
 }
 
 #[test]
@@ -651,9 +670,20 @@ async fn writer_props(
 /// delete applies only to data files of the same spec id and partition).
 #[test]
 fn upserts_after_partition_evolution_replace_old_rows_or_refuse() {
+    upserts_after_partition_evolution_refuse(json!({}));
+}
+
+/// Positional deletes are written for the current spec only: a key found in a file of
+/// the old spec is refused the same way.
+#[test]
+fn positional_upserts_of_keys_in_old_spec_files_refuse() {
+    upserts_after_partition_evolution_refuse(json!({"merge_strategy": "merge-on-read-positional"}));
+}
+
+fn upserts_after_partition_evolution_refuse(extra: Value) {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let config = embedded(dir.path(), json!({}));
+    let config = embedded(dir.path(), extra);
     let first = rt.block_on(Writer::open(config.clone())).unwrap();
     call(
         &rt,
@@ -772,9 +802,18 @@ fn uuid_keys_are_refused_clearly() {
 /// added a row with the key since) must plan again: the other writer's row goes too.
 #[test]
 fn copy_on_write_replans_after_another_writers_commit() {
+    replans_after_another_writers_commit("copy-on-write");
+}
+
+#[test]
+fn positional_replans_after_another_writers_commit() {
+    replans_after_another_writers_commit("merge-on-read-positional");
+}
+
+fn replans_after_another_writers_commit(strategy: &str) {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let config = embedded(dir.path(), json!({"merge_strategy": "copy-on-write"}));
+    let config = embedded(dir.path(), json!({"merge_strategy": strategy}));
     let a = rt.block_on(Writer::open(config.clone())).unwrap();
     call(&rt, &a, &[("upsert", r#"{"tenant":"t","id":1,"v":"a1"}"#)]);
     let b = rt.block_on(Writer::open(config.clone())).unwrap();
@@ -804,7 +843,18 @@ fn copy_on_write_replans_after_another_writers_commit() {
         .unwrap();
     let head = t.metadata.current_snapshot().unwrap();
     assert_eq!(head.summary().operation, iceberg::spec::Operation::Delete);
-    assert_eq!(head.summary().additional_properties["total-records"], "0");
+    let total = |k: &str| {
+        head.summary().additional_properties[k]
+            .parse::<u64>()
+            .unwrap()
+    };
+    // Live rows: records minus position deletes (none for copy-on-write).
+    assert_eq!(total("total-records") - total("total-position-deletes"), 0);
+    let duck = read_back(
+        "duckdb-file",
+        json!({"metadata": t.metadata_location.unwrap(), "sql": "SELECT tenant, id, v FROM $T"}),
+    );
+    assert_eq!(rows_of(&duck), Vec::<Value>::new());
 }
 
 /// Rewriting a file gives its rows a new sequence number, so the equality deletes of an
@@ -914,6 +964,11 @@ fn two_writers_upserting_one_table_converge_merge_on_read() {
 #[test]
 fn two_writers_upserting_one_table_converge_copy_on_write() {
     two_writers_converge("copy-on-write");
+}
+
+#[test]
+fn two_writers_upserting_one_table_converge_positional() {
+    two_writers_converge("merge-on-read-positional");
 }
 
 // Found by an attack on the copy-on-write commit path.
@@ -1405,4 +1460,242 @@ fn head_manifest_count(rt: &tokio::runtime::Runtime, w: &Writer, config: &Config
             .entries()
             .len()
     })
+}
+
+/// Positional merge-on-read deletes each old row once: a key upserted again and again
+/// costs one position delete per upsert (the earlier deletes are read, not repeated),
+/// also after delete manifests were merged; DuckDB, pyiceberg and iceberg-rust agree.
+#[test]
+fn positional_deletes_each_old_row_once_across_merged_delete_manifests() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(
+        dir.path(),
+        json!({"merge_strategy": "merge-on-read-positional"}),
+    );
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":0,"v":"x"}"#)]);
+    let ident = table_ident("up", "t").unwrap();
+    rt.block_on(writer_props(
+        &w,
+        &ident,
+        HashMap::from([(
+            "commit.manifest.min-count-to-merge".to_string(),
+            "3".to_string(),
+        )]),
+    ));
+    drop(w);
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    let wh = dir.path().join("wh");
+    let pyiceberg = json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
+                           "warehouse": format!("file://{}", wh.display()), "table": "up.t",
+                           "sql": "SELECT tenant, id, v FROM $T"});
+    let rounds = 8u64;
+    for i in 1..=rounds {
+        let upsert = format!(r#"{{"tenant":"t","id":1,"v":"u{i}"}}"#);
+        call(&rt, &w, &[("upsert", upsert.as_str())]);
+        call(&rt, &w, &[("insert", r#"{"tenant":"t","id":2,"v":"tmp"}"#)]);
+        call(&rt, &w, &[("delete", r#"{"tenant":"t","id":2}"#)]);
+        let mut model = Model::new();
+        model.insert(("t".into(), 0), vec!["x".into()]);
+        model.insert(("t".into(), 1), vec![format!("u{i}")]);
+        let t = rt
+            .block_on(w.catalog().load_table(&ident))
+            .unwrap()
+            .unwrap();
+        let duck = read_back(
+            "duckdb-file",
+            json!({"metadata": t.metadata_location.unwrap(),
+                   "sql": "SELECT tenant, id, v FROM $T"}),
+        );
+        assert_eq!(rows_of(&duck), expected(&model), "DuckDB, round {i}");
+        let py = read_back("pyiceberg-sql", pyiceberg.clone());
+        assert_eq!(rows_of(&py), expected(&model), "pyiceberg, round {i}");
+        assert_eq!(
+            scanned(&rt, &w, &config),
+            expected(&model),
+            "iceberg-rust, round {i}"
+        );
+    }
+    head_manifests_are_sound(&rt, &w, &config);
+    let t = rt
+        .block_on(w.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let props = &t
+        .metadata
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties;
+    // Deleted rows: each earlier version of key 1 and each key-2 row, once.
+    assert_eq!(
+        props["total-position-deletes"],
+        ((rounds - 1) + rounds).to_string()
+    );
+    assert_eq!(props["total-equality-deletes"], "0");
+    assert_eq!(props["total-records"], (1 + 2 * rounds).to_string());
+}
+
+/// Position deletes are merge-on-read in Iceberg's terms: a table whose write modes say
+/// merge-on-read takes them, one that says copy-on-write refuses them by name, and a
+/// table floe creates with them records merge-on-read.
+#[test]
+fn positional_follows_the_merge_on_read_write_mode() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let positional = embedded(
+        dir.path(),
+        json!({"merge_strategy": "merge-on-read-positional"}),
+    );
+    let w = rt.block_on(Writer::open(positional.clone())).unwrap();
+    call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
+    let ident = table_ident("up", "t").unwrap();
+    let t = rt
+        .block_on(w.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    for key in ["write.update.mode", "write.delete.mode", "write.merge.mode"] {
+        assert_eq!(t.metadata.properties()[key], "merge-on-read", "{key}");
+    }
+    // …and that its deletes are positional, so a writer that follows the table (no
+    // merge_strategy) keeps writing position deletes, which pyiceberg reads.
+    assert_eq!(
+        t.metadata.properties()["floe.merge-on-read-deletes"],
+        "position"
+    );
+    drop(w);
+    let follower = embedded(dir.path(), json!({}));
+    let w = rt.block_on(Writer::open(follower)).unwrap();
+    call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
+    let t = rt
+        .block_on(w.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let props = &t
+        .metadata
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties;
+    assert_eq!(props["total-equality-deletes"], "0");
+    assert_eq!(props["added-position-deletes"], "1");
+    rt.block_on(writer_props(
+        &w,
+        &ident,
+        HashMap::from([
+            ("write.update.mode".to_string(), "copy-on-write".to_string()),
+            ("write.delete.mode".to_string(), "copy-on-write".to_string()),
+        ]),
+    ));
+    drop(w);
+    let w = rt.block_on(Writer::open(positional.clone())).unwrap();
+    let m = [Message {
+        operation: Some("upsert"),
+        ..Message::insert(br#"{"tenant":"t","id":1,"v":"c"}"#)
+    }];
+    let e = match rt.block_on(w.write_batch(&m)) {
+        Err(e) => e.to_string(),
+        Ok(out) => format!("{:?}", out.failures),
+    };
+    assert!(
+        e.contains("merge-on-read-positional") && e.contains("copy-on-write"),
+        "{e}"
+    );
+    let mut model = Model::new();
+    model.insert(("t".into(), 1), vec!["b".into()]);
+    assert_eq!(scanned(&rt, &w, &positional), expected(&model));
+}
+
+#[test]
+fn positional_refuses_v3_tables_clearly() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(
+        dir.path(),
+        json!({"merge_strategy": "merge-on-read-positional"}),
+    );
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"x"}"#)]);
+    let ident = table_ident("up", "t").unwrap();
+    rt.block_on(w.catalog().commit(
+        &ident,
+        vec![],
+        vec![TableUpdate::UpgradeFormatVersion {
+            format_version: FormatVersion::V3,
+        }],
+    ))
+    .unwrap();
+    drop(w);
+    let e = rt
+        .block_on(async {
+            let w = Writer::open(config.clone()).await?;
+            let m = [Message {
+                operation: Some("upsert"),
+                ..Message::insert(br#"{"tenant":"t","id":1,"v":"y"}"#)
+            }];
+            w.write_batch(&m).await.map(|_| ())
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("v3"), "{e}");
+}
+
+// Found by an attack on the positional commit path.
+
+/// A data file the lookup cannot read (a storage outage, or a file removed by another
+/// tool) fails the upsert as retryable, not as the messages' fault: a host retries
+/// instead of dead-lettering them, and once the file is back the upsert lands.
+fn unreadable_data_file_is_retryable(strategy: &str) {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(
+        dir.path(),
+        json!({"merge_strategy": strategy, "commit": {"max_retries": 1}}),
+    );
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
+    let data: Vec<std::path::PathBuf> = walk(&dir.path().join("wh"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    assert_eq!(data.len(), 1, "{data:?}");
+    let hidden = data[0].with_extension("hidden");
+    std::fs::rename(&data[0], &hidden).unwrap();
+    let m = [Message {
+        operation: Some("upsert"),
+        ..Message::insert(br#"{"tenant":"t","id":1,"v":"b"}"#)
+    }];
+    let e = match rt.block_on(w.write_batch(&m)) {
+        Err(e) => e,
+        Ok(out) => out.failures[0].clone().expect("the upsert cannot land"),
+    };
+    assert!(e.kind().is_retryable(), "{:?}: {e}", e.kind());
+    std::fs::rename(&hidden, &data[0]).unwrap();
+    call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
+    let mut model = Model::new();
+    model.insert(("t".into(), 1), vec!["b".into()]);
+    assert_eq!(scanned(&rt, &w, &config), expected(&model));
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn positional_upsert_over_an_unreadable_data_file_is_retryable() {
+    unreadable_data_file_is_retryable("merge-on-read-positional");
+}
+
+#[test]
+fn copy_on_write_upsert_over_an_unreadable_data_file_is_retryable() {
+    unreadable_data_file_is_retryable("copy-on-write");
 }

@@ -196,9 +196,8 @@ func TestCancellationReturnsPromptly(t *testing.T) {
 
 func TestUnsupportedFieldsFailLint(t *testing.T) {
 	cases := map[string]string{
-		"gcs":        "  storage:\n    gcp_cloud_storage:\n      bucket: b\n",
-		"positional": "  identifier_fields: [id]\n  merge_strategy: merge-on-read-positional\n",
-		"sigv4":      "  catalog:\n    auth:\n      aws_sigv4:\n        region: us-east-1\n",
+		"gcs":   "  storage:\n    gcp_cloud_storage:\n      bucket: b\n",
+		"sigv4": "  catalog:\n    auth:\n      aws_sigv4:\n        region: us-east-1\n",
 	}
 	for name, extra := range cases {
 		t.Run(name, func(t *testing.T) {

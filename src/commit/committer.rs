@@ -42,7 +42,7 @@ use crate::catalog::{Catalog, LoadedTable};
 use crate::config::{MergeStrategy, ParquetConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::rowops::KeyColumns;
-use crate::rowops::cow::CopyOnWrite;
+use crate::rowops::removal::{Removal, RemoveKeys};
 use crate::rowops::resolve::resolve_group;
 use crate::stats::WriterStats;
 use crate::write::{FileSettings, file_settings, write_data_files, write_equality_delete_files};
@@ -103,6 +103,9 @@ impl TableView {
                 .and_then(|keys| match &keys {
                     Some(k) if strategy == MergeStrategy::MergeOnRead => {
                         check_merge_on_read(&table.metadata, k).map(|()| keys)
+                    }
+                    Some(_) if strategy == MergeStrategy::MergeOnReadPositional => {
+                        crate::rowops::positional::check_table(&table.metadata).map(|()| keys)
                     }
                     Some(_) => Ok(keys),
                     None => Ok(None),
@@ -165,7 +168,7 @@ fn merge_strategy(
         (u, d) => u.or(d),
     };
     match (configured, table) {
-        (Some(c), Some(t)) if c != t => Err(Error::config(format!(
+        (Some(c), Some(t)) if c.write_mode() != t.write_mode() => Err(Error::config(format!(
             "merge_strategy is {} but the table's write.update.mode / write.delete.mode say {}; \
              change one of them (or leave merge_strategy unset to follow the table)",
             c.name(),
@@ -173,6 +176,14 @@ fn merge_strategy(
         ))),
         (Some(c), _) => Ok(c),
         (None, Some(t)) => {
+            let positional = metadata
+                .properties()
+                .get(crate::config::MERGE_ON_READ_DELETES)
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("position"));
+            let t = match t {
+                MergeStrategy::MergeOnRead if positional => MergeStrategy::MergeOnReadPositional,
+                t => t,
+            };
             // Debug: views are rebuilt whenever a property changes (with exactly-once,
             // every commit).
             tracing::debug!(
@@ -436,9 +447,10 @@ struct EncodedGroup {
     data_files: Vec<DataFile>,
     /// Equality deletes of the group's upserts and deletes (merge-on-read).
     delete_files: Vec<DataFile>,
-    /// Copy-on-write: the keys the group's upserts and deletes touch (with the key they
-    /// were resolved by), removed from the table's files when the group commits.
-    touched: Option<(RecordBatch, Arc<KeyColumns>)>,
+    /// Copy-on-write and positional: the keys the group's upserts and deletes touch (with
+    /// the key they were resolved by, and how), removed from the table's files when the
+    /// group commits.
+    touched: Option<(RecordBatch, Arc<KeyColumns>, Removal)>,
     /// The data files' bytes when they were staged in memory (small groups): uploaded
     /// with the manifest and the manifest list.
     staged: Vec<StagedFile>,
@@ -708,12 +720,8 @@ async fn encode_loop(
         tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
         match written {
             Ok((data_files, delete_files, staged)) => {
-                let touched = match (&current.keys, deletes) {
-                    (Some(keys), Some(deletes))
-                        if current.strategy == MergeStrategy::CopyOnWrite =>
-                    {
-                        Some((deletes, keys.clone()))
-                    }
+                let touched = match (&current.keys, deletes, current.strategy.removal()) {
+                    (Some(keys), Some(deletes), Some(by)) => Some((deletes, keys.clone(), by)),
                     _ => None,
                 };
                 let group = EncodedGroup {
@@ -773,8 +781,8 @@ async fn write_group(
     let io = if stage { staging.io() } else { &view.file_io };
     let data_files = write_data_files(batches, metadata, io, &view.settings).await?;
     let delete_files = match (deletes, &view.keys) {
-        // Copy-on-write rewrites files at commit time instead.
-        _ if merge_strategy == MergeStrategy::CopyOnWrite => Vec::new(),
+        // Copy-on-write and positional remove rows at commit time instead.
+        _ if merge_strategy.removal().is_some() => Vec::new(),
         (Some(keys), Some(columns)) => {
             write_equality_delete_files(keys, columns, metadata, io, &view.settings).await?
         }
@@ -1014,10 +1022,11 @@ impl CommitStage {
             delete_files,
             // The key the group was resolved by, even if the view lost it since: a
             // group with removals never commits as a plain append.
-            copy_on_write: touched.map(|(touched, keys)| CopyOnWrite {
+            remove_keys: touched.map(|(touched, keys, by)| RemoveKeys {
                 keys,
                 touched,
                 settings: self.current().settings.clone(),
+                by,
             }),
             schema_id,
             spec_id,
@@ -1182,6 +1191,20 @@ impl CommitStage {
             .await
             {
                 Ok(p) => p,
+                // A file the attempt could not read (a manifest; a data file copy-on-write
+                // or positional deletes look into): reload and plan again, as after a
+                // conflict, since the head may no longer list it. (A changed schema or
+                // spec is Unavailable too, but for the caller: its rows are shredded again.)
+                Err(e)
+                    if e.kind() == ErrorKind::Unavailable
+                        && view.schema_id() == changes.schema_id
+                        && view.table.metadata.default_partition_spec_id() == changes.spec_id =>
+                {
+                    tracing::debug!("commit attempt {} to {ident}: {e}", attempt + 1);
+                    transient += 1;
+                    last_error = Some(e);
+                    continue;
+                }
                 Err(e) => return done(Err(e), maybe_committed, written),
             };
             written.extend(prepared.written.iter().cloned());

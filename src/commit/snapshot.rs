@@ -8,11 +8,14 @@
 //! carries `floe.commit-id` so a commit of unknown outcome can be found, and with
 //! exactly-once the writer's committed offsets.
 //!
-//! Two operations so far: an append (data files only) and a row delta (data files plus
-//! equality-delete files, for upserts and deletes: one snapshot, one sequence number, so
-//! the deletes remove older rows with their keys but never the snapshot's own). Both
-//! rebase the same way after a conflict: a later sequence number only makes the deletes
-//! apply to rows committed in between, which is what commit order means for an upsert.
+//! The operations: an append (data files only); a row delta with equality deletes
+//! (merge-on-read: data files plus equality-delete files in one snapshot, one sequence
+//! number, so the deletes remove older rows with their keys but never the snapshot's
+//! own; a rebase after a conflict only makes them apply to rows committed in between,
+//! which is what commit order means for an upsert); an overwrite (copy-on-write: files
+//! rewritten without the touched rows) and a row delta with position deletes
+//! (positional merge-on-read), both planned again on every attempt's head
+//! (see [`crate::rowops::removal`]). Deletes alone make a delete snapshot.
 
 use std::collections::HashMap;
 
@@ -31,7 +34,7 @@ use super::offsets::{
     MAX_RANGES, SourceOffsets, WRITER_ID_SUMMARY, committed_offsets, property_key, record_value,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::rowops::cow::{CopyOnWrite, Rewrite, rewrite_files};
+use crate::rowops::removal::{RemoveKeys, Removed, remove_touched_rows};
 
 /// Summary key holding the id of the floe commit that produced a snapshot.
 pub const COMMIT_ID_PROPERTY: &str = "floe.commit-id";
@@ -102,9 +105,10 @@ pub struct SnapshotChanges {
     pub data_files: Vec<DataFile>,
     /// Equality-delete files (upserts and deletes): the snapshot is a row delta.
     pub delete_files: Vec<DataFile>,
-    /// Copy-on-write upserts and deletes: each attempt rewrites the files holding these
-    /// keys on the head it builds on (an overwrite snapshot).
-    pub copy_on_write: Option<CopyOnWrite>,
+    /// Copy-on-write and positional upserts and deletes: each attempt finds the rows
+    /// with these keys on the head it builds on, and rewrites their files or writes
+    /// position deletes for them.
+    pub remove_keys: Option<RemoveKeys>,
     /// Schema and partition spec the files were written with; the commit requires the
     /// table to still have them.
     pub schema_id: i32,
@@ -153,6 +157,8 @@ enum NewManifest {
     Deletes,
     /// Rows kept from files a copy-on-write attempt rewrote.
     Rewritten(u32),
+    /// Position deletes a positional attempt planned.
+    PositionDeletes(u32),
 }
 
 async fn write_new_manifest(
@@ -170,6 +176,7 @@ async fn write_new_manifest(
         NewManifest::Data => "m0".to_string(),
         NewManifest::Deletes => "d0".to_string(),
         NewManifest::Rewritten(attempt) => format!("w{attempt}"),
+        NewManifest::PositionDeletes(attempt) => format!("p{attempt}"),
     };
     let path = format!(
         "{}/metadata/{commit_id}-{snapshot_id}-{name}.avro",
@@ -181,7 +188,10 @@ async fn write_new_manifest(
         metadata.current_schema().clone(),
         metadata.default_partition_spec().as_ref().clone(),
     );
-    let deletes = content == NewManifest::Deletes;
+    let deletes = matches!(
+        content,
+        NewManifest::Deletes | NewManifest::PositionDeletes(_)
+    );
     let mut writer = match (metadata.format_version(), deletes) {
         (FormatVersion::V1, false) => builder.build_v1(),
         (FormatVersion::V2, false) => builder.build_v2_data(),
@@ -228,15 +238,19 @@ const TOTALS: [(&str, &str, &str); 6] = [
 fn append_summary(
     metadata: &TableMetadata,
     files: &SnapshotChanges,
-    rewrite: Option<&Rewrite>,
+    rewrite: Option<&Removed>,
 ) -> Result<Summary> {
     let mut collector = SnapshotSummaryCollector::default();
     let rewritten = rewrite.map(|r| r.added.as_slice()).unwrap_or_default();
+    let position_deletes = rewrite
+        .map(|r| r.position_deletes.as_slice())
+        .unwrap_or_default();
     for file in files
         .data_files
         .iter()
         .chain(&files.delete_files)
         .chain(rewritten)
+        .chain(position_deletes)
     {
         collector.add_file(
             file,
@@ -287,7 +301,8 @@ fn append_summary(
     }
     // As Iceberg's own row delta names them: deletes alone are a delete, deletes with
     // new rows an overwrite.
-    let removes = !files.delete_files.is_empty() || !removed_files.is_empty();
+    let removes =
+        !files.delete_files.is_empty() || !removed_files.is_empty() || !position_deletes.is_empty();
     let adds = !files.data_files.is_empty() || !rewritten.is_empty();
     let operation = match (adds, removes) {
         (_, false) => Operation::Append,
@@ -370,9 +385,11 @@ fn main_retention(metadata: &TableMetadata) -> SnapshotRetention {
         .unwrap_or(SnapshotRetention::branch(None, None, None))
 }
 
-/// Builds an append snapshot of `files` on top of the table's current head: writes the
-/// data manifest and the manifest list to `stage_io` (see [`PreparedCommit::staged`]),
-/// merges small manifests per `merge` in `file_io`, and returns the catalog request.
+/// Builds a snapshot of `files` on top of the table's current head: writes the data
+/// manifest and the manifest list to `stage_io` (see [`PreparedCommit::staged`]), merges
+/// small manifests per `merge` in `file_io`, and returns the catalog request. When it
+/// fails, what it wrote in `file_io` (merged manifests, rewritten data files, position
+/// deletes) is deleted: nothing references it.
 pub async fn prepare_snapshot(
     metadata: &TableMetadata,
     file_io: &FileIO,
@@ -381,6 +398,36 @@ pub async fn prepare_snapshot(
     merge: &MergePolicy,
     cached: Option<&ManifestListCache>,
     attempt: Attempt<'_>,
+) -> Result<PreparedCommit> {
+    let mut written = Vec::new();
+    let prepared = build_snapshot(
+        metadata,
+        file_io,
+        stage_io,
+        (files, merge, cached),
+        attempt,
+        &mut written,
+    )
+    .await;
+    if prepared.is_err() {
+        for path in &written {
+            // Staged files never reached storage: not found is expected.
+            if let Err(e) = file_io.delete(path).await {
+                tracing::debug!("could not delete {path} of a failed attempt: {e}");
+            }
+        }
+    }
+    prepared
+}
+
+/// [`prepare_snapshot`]'s work; every file it writes is recorded in `written`.
+async fn build_snapshot(
+    metadata: &TableMetadata,
+    file_io: &FileIO,
+    stage_io: &FileIO,
+    (files, merge, cached): (&SnapshotChanges, &MergePolicy, Option<&ManifestListCache>),
+    attempt: Attempt<'_>,
+    written: &mut Vec<String>,
 ) -> Result<PreparedCommit> {
     let Attempt {
         number: attempt,
@@ -409,7 +456,6 @@ pub async fn prepare_snapshot(
     let parent = metadata.current_snapshot_id();
     let sequence_number = metadata.next_sequence_number();
     let offsets = offsets_update(metadata, files, snapshot_id, sequence_number)?;
-    let mut written = Vec::new();
     let mut staged = Vec::new();
     let (new_manifest, delete_manifest) = match reused {
         Some(r) => (r.data_manifest.clone(), r.delete_manifest.clone()),
@@ -448,17 +494,15 @@ pub async fn prepare_snapshot(
     if !files.delete_files.is_empty() {
         refuse_deletes_across_specs(&carried, files.spec_id)?;
     }
-    // Copy-on-write plans on this attempt's head, every attempt.
-    let rewrite = match &files.copy_on_write {
-        Some(cow) => {
-            let r = rewrite_files(
+    // Copy-on-write and positional removals plan on this attempt's head, every attempt.
+    let rewrite = match &files.remove_keys {
+        Some(remove) => {
+            let r = remove_touched_rows(
                 metadata,
                 file_io,
-                snapshot_id,
-                files.commit_id,
-                attempt,
+                (snapshot_id, files.commit_id, attempt),
                 carried,
-                cow,
+                remove,
             )
             .await?;
             written.extend(r.written.iter().cloned());
@@ -504,6 +548,20 @@ pub async fn prepare_snapshot(
             files.commit_id,
             &r.added,
             NewManifest::Rewritten(attempt),
+        )
+        .await?;
+        written.push(m.manifest_path.clone());
+        staged.push(m.manifest_path.clone());
+        manifests.push(m);
+    }
+    if let Some(r) = rewrite.as_ref().filter(|r| !r.position_deletes.is_empty()) {
+        let m = write_new_manifest(
+            metadata,
+            stage_io,
+            snapshot_id,
+            files.commit_id,
+            &r.position_deletes,
+            NewManifest::PositionDeletes(attempt),
         )
         .await?;
         written.push(m.manifest_path.clone());
@@ -600,7 +658,7 @@ pub async fn prepare_snapshot(
         .into_iter()
         .chain(offsets)
         .collect(),
-        written,
+        written: std::mem::take(written),
         staged,
         manifest_list,
         rebase: Rebase {

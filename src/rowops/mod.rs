@@ -12,6 +12,9 @@
 
 pub mod cow;
 pub mod keys;
+pub mod lookup;
+pub mod positional;
+pub mod removal;
 pub mod resolve;
 
 pub use keys::KeyColumns;

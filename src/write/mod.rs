@@ -214,40 +214,95 @@ pub async fn write_data_files(
     if batches.iter().all(|b| b.num_rows() == 0) {
         return Ok(Vec::new());
     }
-    let schema = metadata.current_schema().clone();
-    let rolling = rolling_parquet(&schema, "", metadata, file_io, settings)?;
-    let builder = DataFileWriterBuilder::new(rolling);
-    let spec = metadata.default_partition_spec();
-    if spec.is_unpartitioned() {
-        let mut writer = builder.build(None).await?;
-        for batch in batches.iter().filter(|b| b.num_rows() > 0) {
-            writer.write(batch.clone()).await?;
-        }
-        return Ok(writer.close().await?);
+    let mut sink = DataFileSink::new(metadata, file_io, settings)?;
+    for batch in batches {
+        sink.write(batch).await?;
     }
-    let splitter =
-        RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?;
-    // One writer per partition key, fed by every batch of the group, in first-seen order.
-    let mut writers = Vec::new();
-    let mut index: HashMap<iceberg::spec::Struct, usize> = HashMap::new();
-    for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+    sink.close().await
+}
+
+type DataWriter = iceberg::writer::base_writer::data_file_writer::DataFileWriter<
+    ParquetWriterBuilder,
+    DefaultLocationGenerator,
+    DefaultFileNameGenerator,
+>;
+
+/// Data files fed batch by batch: one rolling writer per partition of the table's default
+/// spec, opened when its first row arrives. Memory holds each open file's current row
+/// group (encoded), never the rows already written; copy-on-write streams rewritten files
+/// through it.
+pub struct DataFileSink {
+    builder: DataFileWriterBuilder<
+        ParquetWriterBuilder,
+        DefaultLocationGenerator,
+        DefaultFileNameGenerator,
+    >,
+    splitter: Option<RecordBatchPartitionSplitter>,
+    /// One writer per partition key, in first-seen order.
+    writers: Vec<DataWriter>,
+    index: HashMap<iceberg::spec::Struct, usize>,
+}
+
+impl DataFileSink {
+    pub fn new(
+        metadata: &TableMetadata,
+        file_io: &FileIO,
+        settings: &FileSettings,
+    ) -> Result<Self> {
+        let schema = metadata.current_schema().clone();
+        let rolling = rolling_parquet(&schema, "", metadata, file_io, settings)?;
+        let spec = metadata.default_partition_spec();
+        let splitter = if spec.is_unpartitioned() {
+            None
+        } else {
+            Some(RecordBatchPartitionSplitter::try_new_with_computed_values(
+                schema,
+                spec.clone(),
+            )?)
+        };
+        Ok(DataFileSink {
+            builder: DataFileWriterBuilder::new(rolling),
+            splitter,
+            writers: Vec::new(),
+            index: HashMap::new(),
+        })
+    }
+
+    /// Writes `batch`'s rows (in the table's current schema).
+    pub async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let Some(splitter) = &self.splitter else {
+            if self.writers.is_empty() {
+                self.writers.push(self.builder.build(None).await?);
+            }
+            return Ok(self.writers[0].write(batch.clone()).await?);
+        };
         for (key, part) in splitter.split(batch)? {
-            let slot = match index.get(key.data()) {
+            let slot = match self.index.get(key.data()) {
                 Some(&i) => i,
                 None => {
-                    writers.push(builder.build(Some(key.clone())).await?);
-                    index.insert(key.data().clone(), writers.len() - 1);
-                    writers.len() - 1
+                    self.writers
+                        .push(self.builder.build(Some(key.clone())).await?);
+                    self.index
+                        .insert(key.data().clone(), self.writers.len() - 1);
+                    self.writers.len() - 1
                 }
             };
-            writers[slot].write(part).await?;
+            self.writers[slot].write(part).await?;
         }
+        Ok(())
     }
-    let mut files = Vec::new();
-    for mut writer in writers {
-        files.extend(writer.close().await?);
+
+    /// Closes every file; the data files written, none for no rows.
+    pub async fn close(self) -> Result<Vec<DataFile>> {
+        let mut files = Vec::new();
+        for mut writer in self.writers {
+            files.extend(writer.close().await?);
+        }
+        Ok(files)
     }
-    Ok(files)
 }
 
 /// Writes `keys` (a batch in the key schema) as equality-delete files on the key's field
@@ -282,6 +337,95 @@ pub async fn write_equality_delete_files(
         let mut writer = builder.build(Some(key)).await?;
         writer.write(part).await?;
         files.extend(writer.close().await?);
+    }
+    Ok(files)
+}
+
+/// Iceberg's reserved field ids of a position-delete file's two columns.
+pub(crate) const DELETE_FILE_PATH_FIELD_ID: i32 = 2147483546;
+pub(crate) const DELETE_POS_FIELD_ID: i32 = 2147483545;
+
+/// The rows to delete in one data file: its partition (under the table's default spec),
+/// its path, and the positions, ascending.
+pub struct DeletedRows {
+    pub partition: iceberg::spec::Struct,
+    pub path: String,
+    pub positions: Vec<u64>,
+}
+
+/// Writes position-delete files: one per partition of the data files named (a position
+/// delete applies only to data files of its own partition), rows sorted by file path and
+/// position, as the spec requires.
+pub async fn write_position_delete_files(
+    mut deleted: Vec<DeletedRows>,
+    metadata: &TableMetadata,
+    file_io: &FileIO,
+    settings: &FileSettings,
+) -> Result<Vec<DataFile>> {
+    use iceberg::spec::{DataContentType, NestedField, PartitionKey, PrimitiveType, Schema, Type};
+    deleted.retain(|d| !d.positions.is_empty());
+    deleted.sort_by(|a, b| a.path.cmp(&b.path));
+    let schema = std::sync::Arc::new(
+        Schema::builder()
+            .with_fields(vec![
+                NestedField::required(
+                    DELETE_FILE_PATH_FIELD_ID,
+                    "file_path",
+                    Type::Primitive(PrimitiveType::String),
+                )
+                .into(),
+                NestedField::required(
+                    DELETE_POS_FIELD_ID,
+                    "pos",
+                    Type::Primitive(PrimitiveType::Long),
+                )
+                .into(),
+            ])
+            .build()?,
+    );
+    let arrow = std::sync::Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
+    let rolling = rolling_parquet(&schema, "-pos-deletes", metadata, file_io, settings)?;
+    let spec = metadata.default_partition_spec();
+    let mut by_partition: Vec<(iceberg::spec::Struct, Vec<&DeletedRows>)> = Vec::new();
+    for d in &deleted {
+        match by_partition.iter_mut().find(|(p, _)| *p == d.partition) {
+            Some((_, rows)) => rows.push(d),
+            None => by_partition.push((d.partition.clone(), vec![d])),
+        }
+    }
+    let mut files = Vec::new();
+    for (partition, rows) in by_partition {
+        let paths: arrow_array::StringArray = rows
+            .iter()
+            .flat_map(|d| d.positions.iter().map(|_| Some(d.path.as_str())))
+            .collect();
+        let positions: arrow_array::Int64Array = rows
+            .iter()
+            .flat_map(|d| d.positions.iter().map(|&p| Some(p as i64)))
+            .collect();
+        let batch = RecordBatch::try_new(
+            arrow.clone(),
+            vec![std::sync::Arc::new(paths), std::sync::Arc::new(positions)],
+        )
+        .map_err(|e| Error::internal(format!("position deletes: {e}")))?;
+        let key = (!spec.is_unpartitioned()).then(|| {
+            PartitionKey::new(
+                spec.as_ref().clone(),
+                metadata.current_schema().clone(),
+                partition.clone(),
+            )
+        });
+        let mut writer = rolling.build();
+        writer.write(&key, &batch).await?;
+        for mut file in writer.close().await? {
+            file.content(DataContentType::PositionDeletes);
+            file.partition(partition.clone());
+            file.partition_spec_id(spec.spec_id());
+            files.push(
+                file.build()
+                    .map_err(|e| Error::internal(format!("position delete file: {e}")))?,
+            );
+        }
     }
     Ok(files)
 }

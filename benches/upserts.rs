@@ -1,0 +1,362 @@
+//! What an upsert commit costs inside floe, per strategy, on the embedded catalog and a
+//! local folder (so the figures are floe's own: no services share the cores).
+//!
+//! 1. **Memory** of one commit of a keyed batch (1,000 rows, 256-B payload) into a table
+//!    of 20 files × 1,000 rows, the batch's keys spread over every file (copy-on-write's
+//!    worst case: all 20 files rewritten): the peak heap above the level before the call
+//!    (what the commit holds at once) and the bytes allocated during it (transient
+//!    churn), per row of the batch — counted by this binary's global allocator.
+//! 2. **Copy-on-write rewrite throughput**: one key upserted into a table whose only data
+//!    file is ~1, 2 or 4 MiB; MB/s = the file's size over the commit's wall time, and the
+//!    same after subtracting a one-row insert commit on that table (the fixed cost of a
+//!    commit: manifests, catalog).
+//! 3. **Delete files against K** (keys upserted in one commit): the delete file bytes and
+//!    the commit time, merge-on-read (equality deletes) and positional.
+//!
+//! Prints median [min–max] over FLOE_BENCH_RUNS runs (default 3); each run is a fresh
+//! table. `cargo bench --bench upserts` (FLOE_BENCH_SECTIONS="memory,rewrite,deletes" and
+//! FLOE_BENCH_STRATEGIES="insert,copy-on-write" narrow it down). Figures only: nothing here is asserted beyond
+//! the row counts the commits report.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use floe::config::Config;
+use floe::writer::{Message, Writer};
+use serde_json::json;
+
+/// Counts live bytes, their peak, and bytes allocated, for the whole process.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+static ALLOCATED: AtomicU64 = AtomicU64::new(0);
+
+fn grew(by: usize) {
+    let live = LIVE.fetch_add(by, Ordering::Relaxed) + by;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+    ALLOCATED.fetch_add(by as u64, Ordering::Relaxed);
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+            grew(new_size);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Peak heap above the starting level and bytes allocated while `f` runs.
+fn measured<T>(f: impl FnOnce() -> T) -> (T, usize, u64) {
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let allocated = ALLOCATED.load(Ordering::Relaxed);
+    let out = f();
+    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    (out, peak, ALLOCATED.load(Ordering::Relaxed) - allocated)
+}
+
+/// A 256-character payload that compresses like real text does not (hex of a hash).
+fn payload(i: u64) -> String {
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    let mut s = String::with_capacity(256);
+    while s.len() < 256 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(&format!("{x:016x}"));
+    }
+    s.truncate(256);
+    s
+}
+
+fn row(id: u64, version: u64) -> String {
+    format!(
+        r#"{{"id":{id},"version":{version},"payload":"{}"}}"#,
+        payload(id * 31 + version)
+    )
+}
+
+fn config(dir: &std::path::Path, strategy: &str) -> Config {
+    let cfg = json!({
+        "catalog": {"warehouse": dir.join("wh").to_str().unwrap()},
+        "namespace": "bench", "table": "t",
+        "identifier_fields": ["id"],
+        "merge_strategy": strategy,
+        "schema_evolution": {"enabled": true, "schema": {
+            "type": "struct", "schema-id": 0, "fields": [
+                {"id": 1, "name": "id", "required": true, "type": "long"},
+                {"id": 2, "name": "version", "required": false, "type": "long"},
+                {"id": 3, "name": "payload", "required": false, "type": "string"}
+            ]}},
+    });
+    Config::from_json(&cfg.to_string()).unwrap()
+}
+
+/// Writes `rows` (JSON texts) as one call of `operation`; the rows committed.
+fn call(rt: &tokio::runtime::Runtime, w: &Writer, operation: &str, rows: &[String]) -> usize {
+    let msgs: Vec<Message> = rows
+        .iter()
+        .map(|r| Message {
+            operation: Some(operation),
+            ..Message::insert(r.as_bytes())
+        })
+        .collect();
+    let out = rt.block_on(w.write_batch(&msgs)).expect("write call");
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures.iter().flatten().next()
+    );
+    out.rows_committed
+}
+
+/// A table of `files` data files of `per_file` rows each (keys 0.. in order).
+fn filled(rt: &tokio::runtime::Runtime, w: &Writer, files: u64, per_file: u64) {
+    for f in 0..files {
+        let rows: Vec<String> = (f * per_file..(f + 1) * per_file)
+            .map(|id| row(id, 0))
+            .collect();
+        call(rt, w, "insert", &rows);
+    }
+}
+
+fn summary(values: &mut [f64], digits: usize) -> String {
+    values.sort_by(f64::total_cmp);
+    format!(
+        "{:.d$} [{:.d$}–{:.d$}]",
+        values[values.len() / 2],
+        values[0],
+        values[values.len() - 1],
+        d = digits
+    )
+}
+
+/// Sizes of the files under `dir` whose names contain `marker`.
+fn sizes_of(dir: &std::path::Path, marker: &str) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().unwrap().to_string_lossy().contains(marker) {
+                total += e.metadata().unwrap().len();
+            }
+        }
+    }
+    total
+}
+
+fn memory(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
+    let (files, per_file, batch) = if smoke {
+        (2, 50, 20)
+    } else {
+        (20, 1_000, 1_000)
+    };
+    println!(
+        "\n## Memory of one commit: {batch} keyed rows (256-B payload) into {files} files × {per_file} rows, keys spread over every file\n"
+    );
+    println!(
+        "| strategy | peak heap per batch row (B) | allocated per batch row (B) | peak MiB | allocated MiB |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    let per_file_share = batch / files;
+    let keys: Vec<u64> = (0..files)
+        .flat_map(|f| {
+            (0..per_file_share).map(move |i| f * per_file + i * (per_file / per_file_share))
+        })
+        .collect();
+    for strategy in [
+        "insert",
+        "merge-on-read",
+        "merge-on-read-positional",
+        "copy-on-write",
+    ] {
+        if !wanted("FLOE_BENCH_STRATEGIES", strategy) {
+            continue;
+        }
+        let (mut peak, mut alloc) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let dir = tempfile::tempdir().unwrap();
+            let mode = if strategy == "insert" {
+                "merge-on-read"
+            } else {
+                strategy
+            };
+            let w = rt.block_on(Writer::open(config(dir.path(), mode))).unwrap();
+            filled(rt, &w, files, per_file);
+            let rows: Vec<String> = keys.iter().map(|&id| row(id, 1)).collect();
+            let (op, ids) = if strategy == "insert" {
+                // New keys: the same bytes appended.
+                let rows: Vec<String> = keys.iter().map(|&id| row(id + 1_000_000, 1)).collect();
+                ("insert", rows)
+            } else {
+                ("upsert", rows)
+            };
+            let (n, p, a) = measured(|| call(rt, &w, op, &ids));
+            assert_eq!(n, keys.len());
+            peak.push(p as f64 / keys.len() as f64);
+            alloc.push(a as f64 / keys.len() as f64);
+        }
+        let mib = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2] * keys.len() as f64 / (1 << 20) as f64
+        };
+        let (pm, am) = (mib(&peak), mib(&alloc));
+        println!(
+            "| {strategy} | {} | {} | {pm:.1} | {am:.1} |",
+            summary(&mut peak, 0),
+            summary(&mut alloc, 0)
+        );
+    }
+}
+
+fn rewrite_throughput(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
+    println!(
+        "\n## Copy-on-write rewrite throughput: one key upserted into a table of one data file\n"
+    );
+    println!(
+        "| file MiB | rows | commit ms | MB/s (whole commit) | one-row insert commit ms | MB/s (rewrite alone) |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    // Bytes per row on disk, from a calibration file.
+    let dir = tempfile::tempdir().unwrap();
+    let w = rt
+        .block_on(Writer::open(config(dir.path(), "copy-on-write")))
+        .unwrap();
+    let calibration = if smoke { 200 } else { 10_000 };
+    filled(rt, &w, 1, calibration);
+    let per_row = sizes_of(&dir.path().join("wh"), ".parquet") as f64 / calibration as f64;
+    drop(w);
+    let targets: &[f64] = if smoke { &[0.1] } else { &[1.0, 2.0, 4.0] };
+    for &mib in targets {
+        let rows = ((mib * (1 << 20) as f64) / per_row) as u64;
+        let (mut commit_ms, mut insert_ms, mut bytes) = (Vec::new(), Vec::new(), 0u64);
+        for _ in 0..runs {
+            let dir = tempfile::tempdir().unwrap();
+            let w = rt
+                .block_on(Writer::open(config(dir.path(), "copy-on-write")))
+                .unwrap();
+            filled(rt, &w, 1, rows);
+            bytes = sizes_of(&dir.path().join("wh"), ".parquet");
+            let t = Instant::now();
+            call(rt, &w, "upsert", &[row(rows / 2, 1)]);
+            commit_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            call(rt, &w, "insert", &[row(rows + 1, 0)]);
+            insert_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        commit_ms.sort_by(f64::total_cmp);
+        insert_ms.sort_by(f64::total_cmp);
+        let (c, i) = (commit_ms[runs / 2], insert_ms[runs / 2]);
+        let mb = bytes as f64 / 1e6;
+        println!(
+            "| {:.1} | {rows} | {} | {:.0} | {} | {:.0} |",
+            bytes as f64 / (1 << 20) as f64,
+            summary(&mut commit_ms, 0),
+            mb / (c / 1e3),
+            summary(&mut insert_ms, 0),
+            mb / ((c - i).max(0.001) / 1e3),
+        );
+    }
+}
+
+fn delete_files(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
+    let (files, per_file) = if smoke { (2, 50) } else { (20, 1_000) };
+    let ks: &[u64] = if smoke {
+        &[1, 10]
+    } else {
+        &[1, 100, 1_000, 10_000]
+    };
+    println!(
+        "\n## Delete files against K keys upserted in one commit (table of {files} files × {per_file} rows)\n"
+    );
+    println!("| strategy | K | delete file bytes | commit ms |");
+    println!("|---|---:|---:|---:|");
+    for (strategy, marker) in [
+        ("merge-on-read", "-deletes"),
+        ("merge-on-read-positional", "-pos-deletes"),
+    ] {
+        for &k in ks {
+            let (mut size, mut ms) = (Vec::new(), Vec::new());
+            for _ in 0..runs {
+                let dir = tempfile::tempdir().unwrap();
+                let w = rt
+                    .block_on(Writer::open(config(dir.path(), strategy)))
+                    .unwrap();
+                filled(rt, &w, files, per_file);
+                let stride = (files * per_file / k).max(1);
+                let rows: Vec<String> = (0..k).map(|i| row(i * stride, 1)).collect();
+                let t = Instant::now();
+                call(rt, &w, "upsert", &rows);
+                ms.push(t.elapsed().as_secs_f64() * 1e3);
+                let bytes = sizes_of(&dir.path().join("wh"), marker);
+                let bytes = if marker == "-deletes" {
+                    bytes - sizes_of(&dir.path().join("wh"), "-pos-deletes")
+                } else {
+                    bytes
+                };
+                size.push(bytes as f64);
+            }
+            println!(
+                "| {strategy} | {k} | {} | {} |",
+                summary(&mut size, 0),
+                summary(&mut ms, 0)
+            );
+        }
+    }
+}
+
+/// Whether the comma-separated list in `var` (all when unset) names `item`.
+fn wanted(var: &str, item: &str) -> bool {
+    std::env::var(var).map_or(true, |v| v.split(',').any(|x| x.trim() == item))
+}
+
+fn main() {
+    // `cargo test --all-targets` runs bench binaries without `--bench`: a tiny version
+    // proves the bench works.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let runs = std::env::var("FLOE_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if smoke { 1 } else { 3usize })
+        .max(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "upserts bench: embedded catalog, local folder, {runs} runs per point (median [min–max])"
+    );
+    if wanted("FLOE_BENCH_SECTIONS", "memory") {
+        memory(&rt, runs, smoke);
+    }
+    if wanted("FLOE_BENCH_SECTIONS", "rewrite") {
+        rewrite_throughput(&rt, runs, smoke);
+    }
+    if wanted("FLOE_BENCH_SECTIONS", "deletes") {
+        delete_files(&rt, runs, smoke);
+    }
+}

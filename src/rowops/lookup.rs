@@ -1,0 +1,291 @@
+//! Key lookup: which rows of the table's live data files hold the keys a commit upserts
+//! or deletes. Copy-on-write rewrites those files without the rows; positional
+//! merge-on-read writes their positions as position deletes.
+//!
+//! Column bounds prune the files first (for key types whose bounds compare by value);
+//! each remaining file is then read by its key columns only, streamed a batch at a time.
+
+use std::collections::{HashMap, HashSet};
+
+use arrow_array::{Array, ArrayRef, RecordBatch, new_null_array};
+use arrow_row::{Row, RowConverter};
+use arrow_schema::{DataType, SchemaRef};
+use futures::TryStreamExt;
+use iceberg::arrow::ArrowFileReader;
+use iceberg::io::{FileIO, FileMetadata};
+use iceberg::spec::{
+    DataContentType, DataFile, ManifestContentType, ManifestFile, PrimitiveLiteral,
+};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+
+use super::keys::KeyColumns;
+use crate::error::{Error, ErrorKind, Result};
+
+/// The touched keys, as rows of `converter`, and how to find them in a data file.
+pub struct KeyProbe<'a> {
+    pub keys: &'a KeyColumns,
+    pub converter: &'a RowConverter,
+    pub touched: &'a HashSet<Row<'a>>,
+    pub ranges: &'a KeyRanges,
+}
+
+/// A live data file holding touched keys.
+pub struct Hit {
+    /// Index of the manifest (among those searched) that lists the file.
+    pub manifest: usize,
+    pub spec_id: i32,
+    pub file: DataFile,
+    /// Positions of the rows with touched keys, ascending.
+    pub positions: Vec<u64>,
+}
+
+/// The live data files of `manifests` that hold touched keys, with the rows' positions.
+pub async fn find_touched_rows(
+    file_io: &FileIO,
+    manifests: &[ManifestFile],
+    probe: &KeyProbe<'_>,
+) -> Result<Vec<Hit>> {
+    let mut hits = Vec::new();
+    for (n, manifest) in manifests.iter().enumerate() {
+        if manifest.content != ManifestContentType::Data {
+            continue;
+        }
+        let entries = manifest
+            .load_manifest(file_io)
+            .await
+            .map_err(|e| unreadable(&manifest.manifest_path, e))?;
+        for entry in entries.entries().iter().filter(|e| e.is_alive()) {
+            let file = entry.data_file();
+            if !probe.ranges.may_hold(file) {
+                continue;
+            }
+            let positions = touched_positions(file_io, file, probe).await?;
+            if !positions.is_empty() {
+                hits.push(Hit {
+                    manifest: n,
+                    spec_id: manifest.partition_spec_id,
+                    file: file.clone(),
+                    positions,
+                });
+            }
+        }
+    }
+    Ok(hits)
+}
+
+/// A streaming Parquet reader of a data file: the footer first, then the column chunks
+/// of one row group at a time, fetched by range.
+pub async fn open_data_file(
+    file_io: &FileIO,
+    file: &DataFile,
+) -> Result<ParquetRecordBatchStreamBuilder<ArrowFileReader>> {
+    let path = file.file_path();
+    let input = file_io.new_input(path).map_err(|e| unreadable(path, e))?;
+    let meta = FileMetadata {
+        size: file.file_size_in_bytes(),
+    };
+    let reader = input.reader().await.map_err(|e| unreadable(path, e))?;
+    ParquetRecordBatchStreamBuilder::new(ArrowFileReader::new(meta, reader))
+        .await
+        .map_err(|e| unreadable(path, e))
+}
+
+/// A file the plan cannot read: retryable, since storage may be out for a moment or the
+/// file may have been removed by a commit the next attempt's head shows (never the
+/// messages' fault, so a host retries them rather than dead-letters them).
+pub fn unreadable(path: &str, e: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!("could not read {path} to find the rows of the keys to replace: {e}"),
+    )
+}
+
+/// Positions of the rows of a Parquet data file whose key is touched, reading its key
+/// columns only.
+async fn touched_positions(
+    file_io: &FileIO,
+    file: &DataFile,
+    probe: &KeyProbe<'_>,
+) -> Result<Vec<u64>> {
+    let keys = probe.keys;
+    let builder = open_data_file(file_io, file).await?;
+    let fields = builder.parquet_schema().root_schema().get_fields();
+    if !fields.iter().any(|f| f.get_basic_info().has_id()) {
+        return Err(Error::config(
+            "a data file has no Parquet field ids (written without Iceberg's ids, e.g. a \
+             migrated table read through a name mapping): floe cannot match its keys",
+        ));
+    }
+    let roots: Vec<usize> = fields
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| {
+            let info = f.get_basic_info();
+            info.has_id() && keys.field_ids.contains(&info.id())
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if roots.len() != keys.field_ids.len() {
+        // A file without every key column (written before the key existed): its rows
+        // have null keys, which no upsert or delete names.
+        return Ok(Vec::new());
+    }
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let path = file.file_path();
+    let mut stream = builder
+        .with_projection(mask)
+        .build()
+        .map_err(|e| unreadable(path, e))?;
+    let mut positions = Vec::new();
+    let mut offset = 0u64;
+    while let Some(batch) = stream.try_next().await.map_err(|e| unreadable(path, e))? {
+        let projected = conform(&batch, &keys.arrow)?;
+        let rows = keys.rows(probe.converter, &projected)?;
+        for (i, row) in rows.iter().enumerate() {
+            if probe.touched.contains(&row) {
+                positions.push(offset + i as u64);
+            }
+        }
+        offset += batch.num_rows() as u64;
+    }
+    Ok(positions)
+}
+
+/// Whether a delete manifest still lists live files.
+pub fn has_live_files(m: &ManifestFile) -> bool {
+    m.added_files_count.unwrap_or(1) > 0 || m.existing_files_count.unwrap_or(1) > 0
+}
+
+/// `batch` (as read from a file) in `target`'s shape, matching columns by field id:
+/// columns the file lacks (added later) are null, types are cast where they differ.
+pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
+    let by_id: HashMap<&str, usize> = batch
+        .schema_ref()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| {
+            f.metadata()
+                .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+                .map(|id| (id.as_str(), i))
+        })
+        .collect();
+    let columns = target
+        .fields()
+        .iter()
+        .map(|field| {
+            let id = field
+                .metadata()
+                .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+                .map(String::as_str)
+                .unwrap_or_default();
+            let column: ArrayRef = match by_id.get(id) {
+                Some(&i) => {
+                    let column = batch.column(i);
+                    if column.data_type() == field.data_type() {
+                        column.clone()
+                    } else if column.data_type().is_nested() || field.data_type().is_nested() {
+                        // Casts match nested fields by name or position, never by field
+                        // id: a dropped and re-added field would take another's values.
+                        return Err(Error::config(format!(
+                            "copy-on-write cannot rewrite a data file whose nested column {} \
+                             differs from the table's (the schema changed since it was \
+                             written); compact the table first",
+                            field.name()
+                        )));
+                    } else {
+                        arrow_cast::cast(column, field.data_type())
+                            .map_err(|e| Error::internal(format!("column {}: {e}", field.name())))?
+                    }
+                }
+                None => new_null_array(field.data_type(), batch.num_rows()),
+            };
+            Ok(column)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    RecordBatch::try_new(target.clone(), columns)
+        .map_err(|e| Error::internal(format!("a data file does not fit the table schema: {e}")))
+}
+
+/// The smallest and largest touched value per key column, to skip files whose column
+/// bounds exclude them all.
+pub struct KeyRanges(Vec<(i32, Option<(PrimitiveLiteral, PrimitiveLiteral)>)>);
+
+impl KeyRanges {
+    pub fn of(keys: &KeyColumns, touched: &RecordBatch) -> Self {
+        let ranges = keys
+            .field_ids
+            .iter()
+            .zip(touched.columns())
+            .map(|(&id, column)| {
+                let mut range: Option<(PrimitiveLiteral, PrimitiveLiteral)> = None;
+                for row in 0..column.len() {
+                    let Some(v) = literal(column, row) else {
+                        // A type without comparable bounds here: no pruning on it.
+                        return (id, None);
+                    };
+                    range = Some(match range {
+                        None => (v.clone(), v),
+                        Some((lo, hi)) => {
+                            let lo = if v < lo { v.clone() } else { lo };
+                            let hi = if v > hi { v } else { hi };
+                            (lo, hi)
+                        }
+                    });
+                }
+                (id, range)
+            })
+            .collect();
+        KeyRanges(ranges)
+    }
+
+    /// Whether a data file may hold a touched key: false only when some key column's
+    /// bounds in the file exclude every touched value.
+    pub fn may_hold(&self, file: &DataFile) -> bool {
+        if file.content_type() != DataContentType::Data {
+            return false;
+        }
+        self.0.iter().all(|(id, range)| {
+            let Some((lo, hi)) = range else {
+                return true;
+            };
+            let (Some(lower), Some(upper)) =
+                (file.lower_bounds().get(id), file.upper_bounds().get(id))
+            else {
+                return true;
+            };
+            let (lower, upper) = (lower.literal(), upper.literal());
+            // Bounds of another literal kind (a manifest written before the column was
+            // promoted, e.g. int → long) do not compare by value: keep the file.
+            let kind = std::mem::discriminant(lo);
+            if std::mem::discriminant(lower) != kind || std::mem::discriminant(upper) != kind {
+                return true;
+            }
+            !(hi < lower || lo > upper)
+        })
+    }
+}
+
+/// A key value as the literal Iceberg bounds use, for the types whose bounds compare
+/// like their values (strings are truncated in bounds: only prefixes would compare, so
+/// they are not pruned on).
+fn literal(column: &ArrayRef, row: usize) -> Option<PrimitiveLiteral> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::*;
+    if column.is_null(row) {
+        return None;
+    }
+    Some(match column.data_type() {
+        DataType::Int32 => PrimitiveLiteral::Int(column.as_primitive::<Int32Type>().value(row)),
+        DataType::Int64 => PrimitiveLiteral::Long(column.as_primitive::<Int64Type>().value(row)),
+        DataType::Date32 => PrimitiveLiteral::Int(column.as_primitive::<Date32Type>().value(row)),
+        DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, _) => {
+            PrimitiveLiteral::Long(column.as_primitive::<TimestampMicrosecondType>().value(row))
+        }
+        DataType::Decimal128(_, _) => {
+            PrimitiveLiteral::Int128(column.as_primitive::<Decimal128Type>().value(row))
+        }
+        _ => return None,
+    })
+}

@@ -1,0 +1,182 @@
+//! Positional merge-on-read: upserts and deletes that write the positions of the rows
+//! they replace as position-delete files, found by copy-on-write's key lookup. Writes
+//! cost one small file per partition touched; readers that apply position deletes but
+//! not equality deletes (pyiceberg, Snowflake) read the table.
+//!
+//! A row already deleted by a live position delete is not deleted again, so a key
+//! upserted many times costs one position delete per upsert, not one per earlier row.
+
+use std::collections::{HashMap, HashSet};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use futures::TryStreamExt;
+use iceberg::io::FileIO;
+use iceberg::spec::{
+    DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile, PrimitiveLiteral,
+    TableMetadata,
+};
+
+use super::lookup::{Hit, has_live_files, open_data_file, unreadable};
+use super::removal::Removed;
+use crate::error::{Error, Result};
+use crate::write::{
+    DELETE_FILE_PATH_FIELD_ID, DeletedRows, FileSettings, write_position_delete_files,
+};
+
+/// Position deletes exist in format v2 only: v1 has no delete files, and v3 replaces
+/// them with deletion vectors.
+pub fn check_table(metadata: &TableMetadata) -> Result<()> {
+    match metadata.format_version() {
+        FormatVersion::V2 => Ok(()),
+        FormatVersion::V1 => Err(Error::config(
+            "merge-on-read-positional needs an Iceberg format v2 table; this one is v1",
+        )),
+        FormatVersion::V3 => Err(Error::config(
+            "merge-on-read-positional writes position-delete files, which Iceberg v3 tables \
+             replace with deletion vectors (not written by floe yet); use merge-on-read or \
+             a v2 table",
+        )),
+    }
+}
+
+/// Writes position deletes for the touched rows of `hits` that no live position delete
+/// of `carried` already removes; the head's manifests are kept as they are.
+pub async fn delete_positions(
+    metadata: &TableMetadata,
+    file_io: &FileIO,
+    carried: Vec<ManifestFile>,
+    hits: Vec<Hit>,
+    settings: &FileSettings,
+    written: &mut Vec<String>,
+) -> Result<Removed> {
+    let spec_id = metadata.default_partition_spec_id();
+    if let Some(old) = hits.iter().find(|h| h.spec_id != spec_id) {
+        return Err(Error::config(format!(
+            "a key to upsert or delete is in data file {} of partition spec {} (the current \
+             one is {spec_id}); floe writes position deletes for the current spec only, so \
+             this upsert is refused (rewrite the table's data under the current spec, or use \
+             copy-on-write)",
+            old.file.file_path(),
+            old.spec_id
+        )));
+    }
+    let already = deleted_positions(file_io, &carried, &hits).await?;
+    let deleted: Vec<DeletedRows> = hits
+        .into_iter()
+        .map(|hit| {
+            let path = hit.file.file_path().to_string();
+            let done = already.get(&path);
+            DeletedRows {
+                partition: hit.file.partition().clone(),
+                positions: hit
+                    .positions
+                    .into_iter()
+                    .filter(|p| done.is_none_or(|d| !d.contains(p)))
+                    .collect(),
+                path,
+            }
+        })
+        .collect();
+    let files = write_position_delete_files(deleted, metadata, file_io, settings).await?;
+    written.extend(files.iter().map(|f| f.file_path().to_string()));
+    Ok(Removed {
+        manifests: carried,
+        position_deletes: files,
+        ..Removed::default()
+    })
+}
+
+/// The positions of `hits`' files that live position deletes of `carried` remove
+/// already (only delete files of the same partition apply).
+async fn deleted_positions(
+    file_io: &FileIO,
+    carried: &[ManifestFile],
+    hits: &[Hit],
+) -> Result<HashMap<String, HashSet<u64>>> {
+    let mut deleted: HashMap<String, HashSet<u64>> = HashMap::new();
+    if hits.is_empty() {
+        return Ok(deleted);
+    }
+    for manifest in carried
+        .iter()
+        .filter(|m| m.content == ManifestContentType::Deletes && has_live_files(m))
+    {
+        let entries = manifest
+            .load_manifest(file_io)
+            .await
+            .map_err(|e| unreadable(&manifest.manifest_path, e))?;
+        for entry in entries.entries().iter().filter(|e| e.is_alive()) {
+            let file = entry.data_file();
+            if file.content_type() != DataContentType::PositionDeletes {
+                continue;
+            }
+            let relevant: HashSet<&str> = hits
+                .iter()
+                .filter(|h| h.file.partition() == file.partition() && may_name(file, h))
+                .map(|h| h.file.file_path())
+                .collect();
+            if !relevant.is_empty() {
+                read_position_deletes(file_io, file, &relevant, &mut deleted).await?;
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+/// Whether position-delete file `file` may name `hit`'s data file (its file_path bounds
+/// include the path, or it has none).
+fn may_name(file: &DataFile, hit: &Hit) -> bool {
+    let path = hit.file.file_path();
+    if let Some(referenced) = file.referenced_data_file() {
+        return referenced == path;
+    }
+    let bound = |b: Option<&iceberg::spec::Datum>| match b.map(|d| d.literal()) {
+        Some(PrimitiveLiteral::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let lower = bound(file.lower_bounds().get(&DELETE_FILE_PATH_FIELD_ID));
+    let upper = bound(file.upper_bounds().get(&DELETE_FILE_PATH_FIELD_ID));
+    lower.is_none_or(|l| l.as_str() <= path) && upper.is_none_or(|u| path <= u.as_str())
+}
+
+/// Adds the positions that position-delete file `file` names in `paths` to `deleted`.
+async fn read_position_deletes(
+    file_io: &FileIO,
+    file: &DataFile,
+    paths: &HashSet<&str>,
+    deleted: &mut HashMap<String, HashSet<u64>>,
+) -> Result<()> {
+    let read_error = |e: parquet::errors::ParquetError| unreadable(file.file_path(), e);
+    let mut stream = open_data_file(file_io, file)
+        .await?
+        .build()
+        .map_err(read_error)?;
+    while let Some(batch) = stream.try_next().await.map_err(read_error)? {
+        let (Some(path_column), Some(pos_column)) = (
+            batch.column_by_name("file_path"),
+            batch.column_by_name("pos"),
+        ) else {
+            return Err(Error::internal(format!(
+                "position-delete file {} lacks file_path or pos",
+                file.file_path()
+            )));
+        };
+        let paths_read = arrow_cast::cast(path_column, &arrow_schema::DataType::Utf8)
+            .map_err(|e| Error::internal(format!("position deletes: {e}")))?;
+        let paths_read = paths_read.as_string::<i32>();
+        let positions = pos_column
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| Error::internal("position deletes: pos is not a long"))?;
+        for row in 0..batch.num_rows() {
+            let path = paths_read.value(row);
+            if paths.contains(path) {
+                deleted
+                    .entry(path.to_string())
+                    .or_default()
+                    .insert(positions.value(row) as u64);
+            }
+        }
+    }
+    Ok(())
+}
