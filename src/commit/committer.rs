@@ -32,10 +32,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::expire::{
     Retention, delete_unreachable, expired_refs, expired_snapshots, removal_request,
 };
+use super::manifest_cache::ManifestCache;
 use super::merge::MergePolicy;
 use super::offsets::{SourceOffsets, committed_offsets};
 use super::snapshot::{
-    Attempt, ManifestListCache, Rebase, SnapshotChanges, find_commit, prepare_snapshot,
+    Attempt, Cached, ManifestListCache, Rebase, SnapshotChanges, find_commit, prepare_snapshot,
 };
 use super::staging::{STAGE_MAX_INPUT_BYTES, StagedFile, Staging, upload};
 use crate::catalog::{Catalog, LoadedTable};
@@ -380,6 +381,7 @@ impl TableCommitter {
                 last_expiry: None,
                 cleanup_running: Arc::default(),
                 manifest_list: None,
+                manifests: ManifestCache::default(),
                 pace,
                 commits_done,
             }
@@ -890,6 +892,8 @@ struct CommitStage {
     cleanup_running: Arc<std::sync::atomic::AtomicBool>,
     /// The manifest list of this writer's last commit.
     manifest_list: Option<ManifestListCache>,
+    /// Manifests read by upserts' key lookups (see [`ManifestCache`]).
+    manifests: ManifestCache,
     pace: Arc<Mutex<Pace>>,
     /// Counts finished commits; the encoder waits on it when gathering.
     commits_done: watch::Sender<u64>,
@@ -1182,7 +1186,10 @@ impl CommitStage {
                 staging.io(),
                 changes,
                 &view.merge,
-                self.manifest_list.as_ref(),
+                Cached {
+                    list: self.manifest_list.as_ref(),
+                    manifests: &self.manifests,
+                },
                 Attempt {
                     number: attempt,
                     rebase: rebase.as_ref(),

@@ -9,9 +9,11 @@
 //!   uploaded side by side, one storage round trip per commit instead of three.
 //! - [`merge`] and [`expire`]: bounded metadata over long runs.
 //! - [`offsets`]: exactly-once bookkeeping recorded in snapshot summaries.
+//! - [`manifest_cache`]: manifests read once per writer for upserts' key lookups.
 
 pub mod committer;
 pub mod expire;
+pub mod manifest_cache;
 pub mod merge;
 pub mod offsets;
 pub mod snapshot;

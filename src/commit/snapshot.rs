@@ -29,6 +29,7 @@ use iceberg::spec::{
 use iceberg::{TableRequirement, TableUpdate};
 use uuid::Uuid;
 
+use super::manifest_cache::ManifestCache;
 use super::merge::{MergePolicy, merge_manifests};
 use super::offsets::{
     MAX_RANGES, SourceOffsets, WRITER_ID_SUMMARY, committed_offsets, property_key, record_value,
@@ -85,6 +86,15 @@ impl Rebase {
             .map(|m| m.manifest_path.as_str())
             .collect()
     }
+}
+
+/// What the commit stage keeps from one commit to the next, so it is not read again.
+#[derive(Clone, Copy)]
+pub struct Cached<'a> {
+    /// The manifest list of this writer's last commit.
+    pub list: Option<&'a ManifestListCache>,
+    /// Manifests read for upserts' key lookups.
+    pub manifests: &'a ManifestCache,
 }
 
 /// The manifests of a manifest list this writer wrote, so the next commit on top of it
@@ -396,7 +406,7 @@ pub async fn prepare_snapshot(
     stage_io: &FileIO,
     files: &SnapshotChanges,
     merge: &MergePolicy,
-    cached: Option<&ManifestListCache>,
+    cache: Cached<'_>,
     attempt: Attempt<'_>,
 ) -> Result<PreparedCommit> {
     let mut written = Vec::new();
@@ -404,7 +414,7 @@ pub async fn prepare_snapshot(
         metadata,
         file_io,
         stage_io,
-        (files, merge, cached),
+        (files, merge, cache),
         attempt,
         &mut written,
     )
@@ -425,7 +435,7 @@ async fn build_snapshot(
     metadata: &TableMetadata,
     file_io: &FileIO,
     stage_io: &FileIO,
-    (files, merge, cached): (&SnapshotChanges, &MergePolicy, Option<&ManifestListCache>),
+    (files, merge, cache): (&SnapshotChanges, &MergePolicy, Cached<'_>),
     attempt: Attempt<'_>,
     written: &mut Vec<String>,
 ) -> Result<PreparedCommit> {
@@ -490,7 +500,7 @@ async fn build_snapshot(
             (m, d)
         }
     };
-    let mut carried = current_manifests(metadata, file_io, cached).await?;
+    let mut carried = current_manifests(metadata, file_io, cache.list).await?;
     if !files.delete_files.is_empty() {
         refuse_deletes_across_specs(&carried, files.spec_id)?;
     }
@@ -499,7 +509,7 @@ async fn build_snapshot(
         Some(remove) => {
             let r = remove_touched_rows(
                 metadata,
-                file_io,
+                (file_io, cache.manifests),
                 (snapshot_id, files.commit_id, attempt),
                 carried,
                 remove,

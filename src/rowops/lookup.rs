@@ -6,6 +6,7 @@
 //! each remaining file is then read by its key columns only, streamed a batch at a time.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, RecordBatch, new_null_array};
 use arrow_row::{Row, RowConverter};
@@ -14,12 +15,13 @@ use futures::TryStreamExt;
 use iceberg::arrow::ArrowFileReader;
 use iceberg::io::{FileIO, FileMetadata};
 use iceberg::spec::{
-    DataContentType, DataFile, ManifestContentType, ManifestFile, PrimitiveLiteral,
+    DataContentType, DataFile, Manifest, ManifestContentType, ManifestFile, PrimitiveLiteral,
 };
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use super::keys::KeyColumns;
+use crate::commit::manifest_cache::ManifestCache;
 use crate::error::{Error, ErrorKind, Result};
 
 /// The touched keys, as rows of `converter`, and how to find them in a data file.
@@ -44,6 +46,7 @@ pub struct Hit {
 pub async fn find_touched_rows(
     file_io: &FileIO,
     manifests: &[ManifestFile],
+    cache: &ManifestCache,
     probe: &KeyProbe<'_>,
 ) -> Result<Vec<Hit>> {
     let mut hits = Vec::new();
@@ -51,10 +54,7 @@ pub async fn find_touched_rows(
         if manifest.content != ManifestContentType::Data {
             continue;
         }
-        let entries = manifest
-            .load_manifest(file_io)
-            .await
-            .map_err(|e| unreadable(&manifest.manifest_path, e))?;
+        let entries = load(cache, file_io, manifest).await?;
         for entry in entries.entries().iter().filter(|e| e.is_alive()) {
             let file = entry.data_file();
             if !probe.ranges.may_hold(file) {
@@ -72,6 +72,18 @@ pub async fn find_touched_rows(
         }
     }
     Ok(hits)
+}
+
+/// A manifest's entries, through the cache; unreadable is retryable (see [`unreadable`]).
+pub async fn load(
+    cache: &ManifestCache,
+    file_io: &FileIO,
+    manifest: &ManifestFile,
+) -> Result<Arc<Manifest>> {
+    cache
+        .load(file_io, manifest)
+        .await
+        .map_err(|e| unreadable(&manifest.manifest_path, e))
 }
 
 /// A streaming Parquet reader of a data file: the footer first, then the column chunks

@@ -17,8 +17,9 @@ use iceberg::spec::{
     TableMetadata,
 };
 
-use super::lookup::{Hit, has_live_files, open_data_file, unreadable};
+use super::lookup::{Hit, has_live_files, load, open_data_file, unreadable};
 use super::removal::Removed;
+use crate::commit::manifest_cache::ManifestCache;
 use crate::error::{Error, Result};
 use crate::write::{
     DELETE_FILE_PATH_FIELD_ID, DeletedRows, FileSettings, write_position_delete_files,
@@ -44,7 +45,7 @@ pub fn check_table(metadata: &TableMetadata) -> Result<()> {
 /// of `carried` already removes; the head's manifests are kept as they are.
 pub async fn delete_positions(
     metadata: &TableMetadata,
-    file_io: &FileIO,
+    (file_io, cache): (&FileIO, &ManifestCache),
     carried: Vec<ManifestFile>,
     hits: Vec<Hit>,
     settings: &FileSettings,
@@ -61,7 +62,7 @@ pub async fn delete_positions(
             old.spec_id
         )));
     }
-    let already = deleted_positions(file_io, &carried, &hits).await?;
+    let already = deleted_positions(file_io, cache, &carried, &hits).await?;
     let deleted: Vec<DeletedRows> = hits
         .into_iter()
         .map(|hit| {
@@ -91,6 +92,7 @@ pub async fn delete_positions(
 /// already (only delete files of the same partition apply).
 async fn deleted_positions(
     file_io: &FileIO,
+    cache: &ManifestCache,
     carried: &[ManifestFile],
     hits: &[Hit],
 ) -> Result<HashMap<String, HashSet<u64>>> {
@@ -102,10 +104,7 @@ async fn deleted_positions(
         .iter()
         .filter(|m| m.content == ManifestContentType::Deletes && has_live_files(m))
     {
-        let entries = manifest
-            .load_manifest(file_io)
-            .await
-            .map_err(|e| unreadable(&manifest.manifest_path, e))?;
+        let entries = load(cache, file_io, manifest).await?;
         for entry in entries.entries().iter().filter(|e| e.is_alive()) {
             let file = entry.data_file();
             if file.content_type() != DataContentType::PositionDeletes {

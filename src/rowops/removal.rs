@@ -19,6 +19,7 @@ use uuid::Uuid;
 use super::keys::KeyColumns;
 use super::lookup::{KeyProbe, KeyRanges, find_touched_rows};
 use super::{cow, positional};
+use crate::commit::manifest_cache::ManifestCache;
 use crate::error::Result;
 use crate::write::FileSettings;
 
@@ -62,15 +63,16 @@ pub struct Removed {
 /// are `carried`), the rows with any of the touched keys.
 pub async fn remove_touched_rows(
     metadata: &TableMetadata,
-    file_io: &FileIO,
+    (file_io, cache): (&FileIO, &ManifestCache),
     (snapshot_id, commit_id, attempt): (i64, Uuid, u32),
     carried: Vec<ManifestFile>,
     remove: &RemoveKeys,
 ) -> Result<Removed> {
     let mut written = Vec::new();
+    cache.keep_only(&carried);
     let planned = plan(
         metadata,
-        file_io,
+        (file_io, cache),
         (snapshot_id, commit_id, attempt),
         carried,
         remove,
@@ -95,7 +97,7 @@ pub async fn remove_touched_rows(
 /// exists.
 async fn plan(
     metadata: &TableMetadata,
-    file_io: &FileIO,
+    (file_io, cache): (&FileIO, &ManifestCache),
     ids: (i64, Uuid, u32),
     carried: Vec<ManifestFile>,
     remove: &RemoveKeys,
@@ -116,7 +118,7 @@ async fn plan(
         touched: &touched,
         ranges: &ranges,
     };
-    let hits = find_touched_rows(file_io, &carried, &probe).await?;
+    let hits = find_touched_rows(file_io, &carried, cache, &probe).await?;
     match remove.by {
         Removal::Rewrite => {
             cow::rewrite(
@@ -133,7 +135,7 @@ async fn plan(
         Removal::PositionDeletes => {
             positional::delete_positions(
                 metadata,
-                file_io,
+                (file_io, cache),
                 carried,
                 hits,
                 &remove.settings,
