@@ -23,7 +23,7 @@ use crate::catalog::rest::RestCatalog;
 use crate::catalog::sql::SqlCatalog;
 use crate::catalog::{Catalog, LoadedTable, NewTable, table_ident};
 use crate::commit::committer::{
-    Claim, Claimed, CommitterOptions, Submission, TableCommitter, TableView,
+    Claim, CommitterOptions, Submission, TableCommitter, TableView, Verdict,
 };
 use crate::commit::offsets::SourceOffsets;
 use crate::config::{CatalogKind, Config, MergeStrategy};
@@ -285,8 +285,7 @@ impl Writer {
                 }
                 _ => e,
             })?;
-        let claim = handle.committer.new_claim();
-        let plan = self.plan_exactly_once(&handle, &claim, messages, idx);
+        let (claim, plan) = self.plan_exactly_once(&handle, messages, idx);
         let result = self
             .shred_and_submit(&handle, claim, messages, idx, &plan)
             .await;
@@ -316,56 +315,51 @@ impl Writer {
 
     /// Exactly-once: splits the group into messages to write, messages already committed
     /// (acknowledged without writing), repeats within the batch, and messages another
-    /// call is still writing (refused with a retryable error). Claims the offsets of the
-    /// messages to write under `claim`.
+    /// call is still writing (refused with a retryable error), as the committer decides
+    /// (see [`TableCommitter::claim_positions`]); the claim holds the positions written.
     fn plan_exactly_once(
         &self,
         handle: &TableHandle,
-        claim: &Claim,
         messages: &[Message<'_>],
         idx: &[usize],
-    ) -> WritePlan {
+    ) -> (Claim, WritePlan) {
         let mut plan = WritePlan::default();
         if self.options.writer_id.is_none() {
             plan.write = (0..idx.len()).collect();
-            return plan;
+            return (handle.committer.new_claim(), plan);
         }
-        let mut claimed = Claimed::new();
-        let mut first_of: HashMap<(&str, i64), (usize, u64)> = HashMap::new();
-        let mut ledger = handle.committer.ledger().locked();
-        failpoint::hit(failpoint::names::PLAN_LEDGER_LOCKED);
-        for (pos, &i) in idx.iter().enumerate() {
-            let (source, offset) = (
+        let position = |i: usize| {
+            (
                 messages[i].source.expect("checked on entry"),
                 messages[i].offset.expect("checked on entry"),
-            );
-            let hash = payload_hash(messages[i].payload);
-            if ledger.committed.contains(source, offset) {
-                // Already in the table: acknowledged without being written.
-            } else if let Some(&(first, first_hash)) = first_of.get(&(source, offset)) {
-                if first_hash == hash {
-                    plan.duplicates.push((pos, first));
-                } else {
-                    plan.conflicting
-                        .push((pos, repeated_position(i, idx[first], source, offset)));
+            )
+        };
+        let (claim, verdicts) = handle.committer.claim_positions(idx.iter().map(|&i| {
+            let (source, offset) = position(i);
+            (source, offset, payload_hash(messages[i].payload))
+        }));
+        for (pos, verdict) in verdicts.into_iter().enumerate() {
+            let (source, offset) = position(idx[pos]);
+            match verdict {
+                Verdict::Write => plan.write.push(pos),
+                Verdict::Committed => {}
+                Verdict::Repeat {
+                    first,
+                    same_payload: true,
+                } => plan.duplicates.push((pos, first)),
+                Verdict::Repeat { first, .. } => plan
+                    .conflicting
+                    .push((pos, repeated_position(idx[pos], idx[first], source, offset))),
+                Verdict::InFlight { same_payload } => {
+                    let e = in_flight_position(idx[pos], source, offset, same_payload);
+                    match e.kind() {
+                        ErrorKind::Data => plan.conflicting.push((pos, e)),
+                        _ => plan.refused.push((pos, e)),
+                    }
                 }
-            } else if let Some(other_hash) = ledger.in_flight(source, offset) {
-                let e = in_flight_position(i, source, offset, other_hash == hash);
-                match e.kind() {
-                    ErrorKind::Data => plan.conflicting.push((pos, e)),
-                    _ => plan.refused.push((pos, e)),
-                }
-            } else {
-                first_of.insert((source, offset), (pos, hash));
-                claimed
-                    .entry(source.to_string())
-                    .or_default()
-                    .insert(offset, hash);
-                plan.write.push(pos);
             }
         }
-        claim.hold(&mut ledger, claimed);
-        plan
+        (claim, plan)
     }
 
     async fn shred_and_submit(

@@ -4,9 +4,14 @@
 //! every commit (and every attempt). A manifest never changes once written, so each is
 //! read once: parsing one costs ~7 MB of allocations in iceberg-rust 0.10.1's Avro reader
 //! whatever its size, which made the manifests, not the data, most of an upsert
-//! commit's work. The cache follows the head: after each plan only the manifests the
-//! head lists stay, so it holds at most what one plan reads, and no more than
-//! [`MAX_CACHED_ENTRIES`] file entries (beyond that, manifests are read each time).
+//! commit's work. The cache follows the head (manifests it no longer lists are dropped
+//! after each plan and each commit) and holds at most [`MAX_CACHED_BYTES`] (estimated)
+//! per table; beyond that, manifests are read each time they are needed.
+//!
+//! Only what does not depend on the manifest list entry a manifest was loaded through is
+//! read from cached entries (status, data files): inherited snapshot ids and sequence
+//! numbers are not, and code that needs them (merging, rewriting manifests) reads the
+//! manifest itself.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -16,12 +21,18 @@ use iceberg::spec::{Manifest, ManifestFile};
 
 use crate::sync::LockExt;
 
-/// File entries kept at most (~0.5–1 KB each with their column bounds).
-pub const MAX_CACHED_ENTRIES: usize = 200_000;
+/// Estimated bytes cached at most per table.
+const MAX_CACHED_BYTES: usize = 64 << 20;
 
 #[derive(Default)]
 pub struct ManifestCache {
-    manifests: Mutex<HashMap<String, Arc<Manifest>>>,
+    cached: Mutex<Cached>,
+}
+
+#[derive(Default)]
+struct Cached {
+    manifests: HashMap<String, (Arc<Manifest>, usize)>,
+    bytes: usize,
 }
 
 impl ManifestCache {
@@ -31,14 +42,19 @@ impl ManifestCache {
         file_io: &FileIO,
         manifest: &ManifestFile,
     ) -> iceberg::Result<Arc<Manifest>> {
-        if let Some(m) = self.manifests.locked().get(&manifest.manifest_path) {
+        if let Some((m, _)) = self.cached.locked().manifests.get(&manifest.manifest_path) {
             return Ok(m.clone());
         }
         let loaded = Arc::new(manifest.load_manifest(file_io).await?);
-        let mut cached = self.manifests.locked();
-        let entries: usize = cached.values().map(|m| m.entries().len()).sum();
-        if entries + loaded.entries().len() <= MAX_CACHED_ENTRIES {
-            cached.insert(manifest.manifest_path.clone(), loaded.clone());
+        let size = estimated_size(&loaded);
+        let mut cached = self.cached.locked();
+        if cached.bytes + size <= MAX_CACHED_BYTES
+            && !cached.manifests.contains_key(&manifest.manifest_path)
+        {
+            cached.bytes += size;
+            cached
+                .manifests
+                .insert(manifest.manifest_path.clone(), (loaded.clone(), size));
         }
         Ok(loaded)
     }
@@ -46,8 +62,41 @@ impl ManifestCache {
     /// Forgets every manifest `head` does not list.
     pub fn keep_only(&self, head: &[ManifestFile]) {
         let listed: HashSet<&str> = head.iter().map(|m| m.manifest_path.as_str()).collect();
-        self.manifests
-            .locked()
-            .retain(|path, _| listed.contains(path.as_str()));
+        let mut cached = self.cached.locked();
+        let mut freed = 0;
+        cached.manifests.retain(|path, (_, size)| {
+            let keep = listed.contains(path.as_str());
+            if !keep {
+                freed += *size;
+            }
+            keep
+        });
+        cached.bytes -= freed;
     }
+}
+
+/// A rough size of a parsed manifest: its schema and specs, and per entry the data file
+/// with its per-column statistics and bounds.
+fn estimated_size(manifest: &Manifest) -> usize {
+    let metadata = manifest.metadata();
+    let schema = 512 * metadata.schema().as_struct().fields().len();
+    let entries: usize = manifest
+        .entries()
+        .iter()
+        .map(|e| {
+            let f = e.data_file();
+            let stats = f.column_sizes().len()
+                + f.value_counts().len()
+                + f.null_value_counts().len()
+                + f.nan_value_counts().len();
+            let bounds: usize = f
+                .lower_bounds()
+                .values()
+                .chain(f.upper_bounds().values())
+                .map(|d| 64 + d.to_bytes().map_or(0, |b| b.len()))
+                .sum();
+            512 + f.file_path().len() + 48 * stats + bounds
+        })
+        .sum();
+    4096 + schema + entries
 }

@@ -1,0 +1,183 @@
+//! The encoder: writes each group's rows as data files (and equality deletes), in
+//! memory for small groups, and hands the group to the commit stage.
+
+use crate::sync::LockExt;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use arrow_array::RecordBatch;
+use iceberg::spec::DataFile;
+use tokio::sync::{mpsc, watch};
+
+use crate::commit::staging::{STAGE_MAX_INPUT_BYTES, StagedFile, Staging};
+use crate::config::MergeStrategy;
+use crate::error::{Error, ErrorKind, Result};
+use crate::rowops::resolve::resolve_group;
+use crate::write::{write_data_files, write_equality_delete_files};
+
+use super::schedule::Pace;
+use super::schedule::{Gathering, Plan, collect};
+use super::{CommitterOptions, EncodedGroup, Pending, TableView, fail_all, finish};
+
+pub(super) async fn encode_loop(
+    mut queue: mpsc::UnboundedReceiver<Pending>,
+    encoded: mpsc::Sender<EncodedGroup>,
+    view: watch::Receiver<Arc<TableView>>,
+    pace: Arc<Mutex<Pace>>,
+    mut commits_done: watch::Receiver<u64>,
+    options: Arc<CommitterOptions>,
+) {
+    let mut carry = None;
+    loop {
+        // Wait until the commit stage can take a group before collecting one: batches
+        // that arrive meanwhile join this group instead of trailing in groups of one.
+        let Ok(slot) = encoded.reserve().await else {
+            return;
+        };
+        let first = match carry.take() {
+            Some(p) => p,
+            None => match queue.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        commits_done.borrow_and_update();
+        let plan = pace.locked().plan();
+        let gathering = match plan {
+            Plan::Now => None,
+            Plan::Overlap(wait) => {
+                tokio::time::sleep(wait).await;
+                None
+            }
+            Plan::Gather => {
+                // The stage clears `commit_started` before announcing the end, so an end
+                // that came between the check and here is not missed.
+                let _ = commits_done.changed().await;
+                let commit = pace.locked().commit;
+                Some(Gathering::new(options.callers, commit, Instant::now()))
+            }
+            Plan::GatherSince { ended, released } => {
+                let commit = pace.locked().commit;
+                let callers = options.callers.map(|n| n.min(released));
+                Some(Gathering::new(callers, commit, ended))
+            }
+        };
+        let group = collect(first, &mut queue, &mut carry, &options, gathering).await;
+        let current = view.borrow().clone();
+        let schema_id = current.schema_id();
+        let (fresh, stale): (Vec<Pending>, Vec<Pending>) = group
+            .into_iter()
+            .partition(|p| p.submission.schema_id == schema_id);
+        for p in stale {
+            let e = Error::new(
+                ErrorKind::Unavailable,
+                "the table's schema changed after the batch was shredded; retry the batch",
+            );
+            finish(p, Err(e));
+        }
+        if fresh.is_empty() {
+            continue;
+        }
+        let t0 = Instant::now();
+        let (batches, deletes) = match group_rows(&fresh, &current) {
+            Ok(rows) => rows,
+            Err(e) => {
+                fail_all(fresh, &e);
+                continue;
+            }
+        };
+        let n = batches.len();
+        let input_bytes: usize = fresh.iter().map(|p| p.submission.bytes).sum();
+        let stage = input_bytes <= STAGE_MAX_INPUT_BYTES;
+        let written = write_group(
+            &batches,
+            deletes.as_ref(),
+            &current,
+            stage,
+            current.strategy,
+        )
+        .await;
+        Pace::smooth(&mut pace.locked().encode, t0.elapsed());
+        options.stats.record_write(t0.elapsed());
+        tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
+        match written {
+            Ok((data_files, delete_files, staged)) => {
+                let touched = match (&current.keys, deletes, current.strategy.removal()) {
+                    (Some(keys), Some(deletes), Some(by)) => Some((deletes, keys.clone(), by)),
+                    _ => None,
+                };
+                let group = EncodedGroup {
+                    data_files,
+                    delete_files,
+                    touched,
+                    staged,
+                    table_uuid: current.table.metadata.uuid(),
+                    schema_id,
+                    spec_id: current.table.metadata.default_partition_spec_id(),
+                    pendings: fresh,
+                };
+                slot.send(group);
+            }
+            Err(e) => fail_all(fresh, &e.context("writing data files")),
+        }
+    }
+}
+
+/// The rows a group writes: each call's rows minus those a later call in the group
+/// upserted or deleted, and the keys to delete (see [`crate::rowops::resolve`]).
+pub(super) fn group_rows(
+    pendings: &[Pending],
+    view: &TableView,
+) -> Result<(Vec<RecordBatch>, Option<RecordBatch>)> {
+    let parts: Vec<(&RecordBatch, Option<&RecordBatch>)> = pendings
+        .iter()
+        .map(|p| (&p.submission.batch, p.submission.deletes.as_ref()))
+        .collect();
+    match &view.keys {
+        _ if parts.iter().all(|(_, d)| d.is_none()) => {
+            Ok((parts.iter().map(|(b, _)| (*b).clone()).collect(), None))
+        }
+        Some(keys) => resolve_group(keys, &parts),
+        None => Err(Error::new(
+            ErrorKind::Unavailable,
+            "the table's identifier fields changed after the batch was shredded; retry the batch",
+        )),
+    }
+}
+
+/// A group's data and equality-delete files, and the staged bytes of both.
+pub(super) type WrittenGroup = (Vec<DataFile>, Vec<DataFile>, Vec<StagedFile>);
+
+/// Writes a group's data files and delete files: to scratch memory when `stage` (they
+/// are uploaded with the commit's metadata), else in place. The scratch space lives only
+/// as long as this call, so a failure halfway leaves nothing behind.
+pub(super) async fn write_group(
+    batches: &[RecordBatch],
+    deletes: Option<&RecordBatch>,
+    view: &TableView,
+    stage: bool,
+    merge_strategy: MergeStrategy,
+) -> Result<WrittenGroup> {
+    let metadata = &view.table.metadata;
+    let staging = Staging::default();
+    let io = if stage { staging.io() } else { &view.file_io };
+    let data_files = write_data_files(batches, metadata, io, &view.settings).await?;
+    let delete_files = match (deletes, &view.keys) {
+        // Copy-on-write and positional remove rows at commit time instead.
+        _ if merge_strategy.removal().is_some() => Vec::new(),
+        (Some(keys), Some(columns)) => {
+            write_equality_delete_files(keys, columns, metadata, io, &view.settings).await?
+        }
+        _ => Vec::new(),
+    };
+    if !stage {
+        return Ok((data_files, delete_files, Vec::new()));
+    }
+    let paths = data_files
+        .iter()
+        .chain(&delete_files)
+        .map(|f| f.file_path().to_string())
+        .collect();
+    let staged = staging.take(paths).await?;
+    Ok((data_files, delete_files, staged))
+}

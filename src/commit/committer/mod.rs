@@ -1,0 +1,258 @@
+//! The per-table group committer.
+//!
+//! Write calls (up to the host's `max_in_flight` at once, from any thread) shred their
+//! messages themselves and [`TableCommitter::submit`] the Arrow batch. Two tasks per
+//! table then form a pipeline:
+//!
+//! 1. the **encoder** takes every submission waiting (up to `max_group_rows` /
+//!    `max_group_bytes`, after `linger`) and writes them together as Parquet data files,
+//!    one rolling writer per partition;
+//! 2. the **commit stage** takes every encoded group that is ready and commits them as
+//!    one snapshot, retrying conflicts on the new head.
+//!
+//! While a commit is in flight the encoder already writes the next group, and callers
+//! keep shredding, so the catalog round trip is amortised over everything that arrived
+//! meanwhile. Each call's future resolves when the snapshot holding its rows is
+//! committed (or definitively not). A cancelled call's rows may still commit: their
+//! outcome is unknown to the caller, which is why exactly-once keeps its claims here,
+//! in the [`Ledger`], and not in the call: a call asks
+//! [`TableCommitter::claim_positions`] which of its messages to write.
+//!
+//! - `schedule`: when the encoder takes what waits as one group;
+//! - `encode`: writing a group's rows as data files (and equality deletes);
+//! - `stage`: committing ready groups, retries, expiry;
+//! - `ledger`: exactly-once claims;
+//! - `view`: what the committer knows of its table, and which upsert strategy it takes.
+
+mod encode;
+mod ledger;
+mod schedule;
+mod stage;
+mod view;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use iceberg::spec::DataFile;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::expire::Retention;
+use super::manifest_cache::ManifestCache;
+use super::offsets::{SourceOffsets, committed_offsets};
+use super::staging::StagedFile;
+use crate::catalog::Catalog;
+use crate::config::{MergeStrategy, ParquetConfig};
+use crate::error::{Error, ErrorKind, Result};
+use crate::rowops::KeyColumns;
+use crate::rowops::removal::Removal;
+use crate::stats::WriterStats;
+
+use encode::encode_loop;
+pub use ledger::{Claim, Claimed, Ledger, Verdict};
+use schedule::Pace;
+use stage::CommitStage;
+pub use view::TableView;
+
+/// How the committer behaves; from the `commit` section of the config.
+#[derive(Debug, Clone)]
+pub struct CommitterOptions {
+    pub max_retries: u32,
+    /// How long conflicts are retried (see `CommitStage::commit_with_retries`).
+    pub retry_timeout: Duration,
+    pub cleanup_on_failure: bool,
+    pub manifest_merge: bool,
+    /// floe's retention defaults (`commit.max_snapshot_age`, `commit.max_snapshots`).
+    pub retention: Retention,
+    pub linger: Duration,
+    pub max_group_rows: usize,
+    pub max_group_bytes: usize,
+    pub writer_id: Option<String>,
+    /// The configured key for upserts and deletes (empty: the table's own).
+    pub identifier_fields: Vec<String>,
+    /// The configured strategy; `None` follows the table (see [`merge_strategy`]).
+    pub merge_strategy: Option<MergeStrategy>,
+    pub parquet: ParquetConfig,
+    /// The host's concurrent calls, when it said (see [`Gathering`]).
+    pub callers: Option<usize>,
+    /// The writer's counters, which every table's commit stage adds to.
+    pub stats: Arc<WriterStats>,
+}
+
+/// Rows handed to the committer by one write call.
+pub struct Submission {
+    /// Rows to write, in the table schema (none for a call that only deletes).
+    pub batch: RecordBatch,
+    /// Keys the call upserted or deleted, in the key schema; `None` for inserts only.
+    pub deletes: Option<RecordBatch>,
+    /// JSON bytes the rows came from (for `max_group_bytes`).
+    pub bytes: usize,
+    /// Schema the batch was shredded with.
+    pub schema_id: i32,
+    /// Exactly-once: the offsets of these rows.
+    pub offsets: SourceOffsets,
+}
+
+/// Where a submission's rows went.
+#[derive(Debug, Clone, Copy)]
+pub struct Committed {
+    pub snapshot_id: i64,
+}
+
+struct Pending {
+    /// Released when the submission is answered or dropped.
+    _claim: Claim,
+    submission: Submission,
+    reply: Option<oneshot::Sender<Result<Committed>>>,
+}
+
+/// Answers a submission. Dropping it first releases its exactly-once claim (once, in
+/// `Drop`), so a caller that retries at once finds the claim free.
+fn finish(mut pending: Pending, result: Result<Committed>) {
+    let reply = pending.reply.take();
+    drop(pending);
+    if let Some(reply) = reply {
+        // The caller may have been cancelled; its rows' fate is then only in the table.
+        let _ = reply.send(result);
+    }
+}
+
+pub struct TableCommitter {
+    queue: mpsc::UnboundedSender<Pending>,
+    view: watch::Receiver<Arc<TableView>>,
+    ledger: Arc<Mutex<Ledger>>,
+    next_claim: AtomicU64,
+}
+
+impl TableCommitter {
+    /// Starts the encoder and commit tasks on the current Tokio runtime.
+    pub fn start(
+        catalog: Arc<dyn Catalog>,
+        view: TableView,
+        options: Arc<CommitterOptions>,
+    ) -> Result<Self> {
+        let mut ledger = Ledger::default();
+        if let Some(writer_id) = &options.writer_id {
+            ledger.committed = committed_offsets(&view.table.metadata, writer_id)?;
+        }
+        let ledger = Arc::new(Mutex::new(ledger));
+        let (queue_tx, queue_rx) = mpsc::unbounded_channel();
+        // One encoded group waits while another commits: enough to overlap the two
+        // stages without encoding far ahead of what the catalog accepts.
+        let (encoded_tx, encoded_rx) = mpsc::channel(1);
+        let (view_tx, view_rx) = watch::channel(Arc::new(view));
+        let pace = Arc::new(Mutex::new(Pace::default()));
+        let (commits_done, commits_done_rx) = watch::channel(0u64);
+        tokio::spawn(encode_loop(
+            queue_rx,
+            encoded_tx,
+            view_rx.clone(),
+            pace.clone(),
+            commits_done_rx,
+            options.clone(),
+        ));
+        tokio::spawn(
+            CommitStage {
+                catalog,
+                view: view_tx,
+                ledger: ledger.clone(),
+                options,
+                last_expiry: None,
+                cleanup_running: Arc::default(),
+                manifest_list: None,
+                manifests: ManifestCache::default(),
+                pace,
+                commits_done,
+            }
+            .run(encoded_rx),
+        );
+        Ok(TableCommitter {
+            queue: queue_tx,
+            view: view_rx,
+            ledger,
+            next_claim: AtomicU64::new(1),
+        })
+    }
+
+    /// The table as the committer last saw it.
+    pub fn view(&self) -> Arc<TableView> {
+        self.view.borrow().clone()
+    }
+
+    /// Whether the committer's tasks are gone (only after a panic in one of them); the
+    /// writer then opens the table afresh.
+    pub fn is_stopped(&self) -> bool {
+        self.queue.is_closed()
+    }
+
+    /// Exactly-once: decides each of a call's positions (source, offset, payload hash)
+    /// against what is committed and what other calls claim, and claims those the call
+    /// writes. The claim is released when dropped (see [`Claim`]).
+    pub fn claim_positions<'a>(
+        &self,
+        positions: impl IntoIterator<Item = (&'a str, i64, u64)>,
+    ) -> (Claim, Vec<Verdict>) {
+        let claim = self.new_claim();
+        let verdicts = ledger::claim_positions(&self.ledger, &claim, positions);
+        (claim, verdicts)
+    }
+
+    /// A fresh id under which a call claims offsets in the ledger.
+    pub fn new_claim(&self) -> Claim {
+        Claim {
+            id: self.next_claim.fetch_add(1, Ordering::Relaxed),
+            ledger: self.ledger.clone(),
+        }
+    }
+
+    /// Hands rows to the pipeline and waits until they are committed. `claim` (from
+    /// [`Self::new_claim`], possibly holding offsets in the ledger) is released when the
+    /// outcome is known, even if this future is dropped before.
+    pub async fn submit(&self, claim: Claim, submission: Submission) -> Result<Committed> {
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending {
+            _claim: claim,
+            submission,
+            reply: Some(reply),
+        };
+        if self.queue.send(pending).is_err() {
+            // The returned submission was dropped, releasing its claim.
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "the table's committer has stopped",
+            ));
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::CommitStateUnknown,
+                "the table's committer stopped before answering",
+            ))
+        })
+    }
+}
+
+/// A group of submissions written as data files, waiting for its commit.
+struct EncodedGroup {
+    data_files: Vec<DataFile>,
+    /// Equality deletes of the group's upserts and deletes (merge-on-read).
+    delete_files: Vec<DataFile>,
+    /// Copy-on-write and positional: the keys the group's upserts and deletes touch (with
+    /// the key they were resolved by, and how), removed from the table's files when the
+    /// group commits.
+    touched: Option<(RecordBatch, Arc<KeyColumns>, Removal)>,
+    /// The data files' bytes when they were staged in memory (small groups): uploaded
+    /// with the manifest and the manifest list.
+    staged: Vec<StagedFile>,
+    /// The table (uuid), schema and spec the files were written for.
+    table_uuid: uuid::Uuid,
+    schema_id: i32,
+    spec_id: i32,
+    pendings: Vec<Pending>,
+}
+
+fn fail_all(pendings: Vec<Pending>, error: &Error) {
+    for p in pendings {
+        finish(p, Err(error.clone()));
+    }
+}

@@ -1,0 +1,599 @@
+//! The commit stage: commits every encoded group that is ready as one snapshot per run,
+//! retrying conflicts and unknown outcomes on the new head, expiring old snapshots.
+
+use crate::sync::LockExt;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use iceberg::TableIdent;
+use iceberg::spec::DataFile;
+use tokio::sync::{mpsc, watch};
+
+use super::schedule::Pace;
+use super::{Committed, CommitterOptions, EncodedGroup, Ledger, TableView, fail_all, finish};
+use crate::catalog::{Catalog, LoadedTable};
+use crate::commit::expire::{delete_unreachable, expired_refs, expired_snapshots, removal_request};
+use crate::commit::manifest_cache::ManifestCache;
+use crate::commit::offsets::{SourceOffsets, committed_offsets};
+use crate::commit::snapshot::{
+    Attempt, Cached, ManifestListCache, Rebase, SnapshotChanges, find_commit, prepare_snapshot,
+};
+use crate::commit::staging::{StagedFile, Staging, upload};
+use crate::error::{Error, ErrorKind, Result};
+use crate::rowops::removal::RemoveKeys;
+
+/// Splits encoded groups into the runs that may share a snapshot. A group with deletes
+/// starts a new one: its deletes must apply to the rows of the groups before it, and
+/// within one snapshot they would not (one sequence number); a copy-on-write group
+/// rewrites the files as the head has them, so the groups before it must be there.
+pub(super) fn one_snapshot_each(groups: Vec<EncodedGroup>) -> Vec<Vec<EncodedGroup>> {
+    let mut runs: Vec<Vec<EncodedGroup>> = Vec::new();
+    for g in groups {
+        match runs.last_mut() {
+            Some(run) if g.delete_files.is_empty() && g.touched.is_none() => run.push(g),
+            _ => runs.push(vec![g]),
+        }
+    }
+    runs
+}
+
+/// Backoff before retry `attempt` (1-based): full jitter over 50 ms · 2^attempt, capped
+/// at 5 s, so racing writers spread out instead of colliding again.
+pub(super) fn backoff(attempt: u32) -> Duration {
+    full_jitter(50, attempt, 5_000)
+}
+
+/// Backoff before conflict retry `n` (1-based): a rebase is cheap and the winner has
+/// already moved on, so full jitter over 20 ms · 2^n, capped at 1 s.
+pub(super) fn conflict_backoff(n: u32) -> Duration {
+    full_jitter(20, n, 1_000)
+}
+
+/// A random wait up to `base_ms` · 2^`n` (exponent capped at 7), at most `cap_ms`.
+pub(super) fn full_jitter(base_ms: u64, n: u32, cap_ms: u64) -> Duration {
+    let ceiling_ms = (base_ms << n.min(7)).min(cap_ms);
+    let jitter = uuid::Uuid::new_v4().as_u64_pair().0 % (ceiling_ms + 1);
+    Duration::from_millis(jitter)
+}
+
+/// A commit answer counts only if the table's main branch is the snapshot just
+/// produced; anything else (a proxy's redirect target, a cache) leaves the outcome
+/// unknown, to be settled by looking for the commit id.
+pub(super) fn accepted(table: LoadedTable, snapshot_id: i64) -> Result<LoadedTable> {
+    match table.metadata.current_snapshot_id() {
+        Some(head) if head == snapshot_id => Ok(table),
+        head => Err(Error::new(
+            ErrorKind::CommitStateUnknown,
+            format!(
+                "the catalog answered the commit of snapshot {snapshot_id} with a table whose main branch is {head:?}"
+            ),
+        )),
+    }
+}
+
+/// Marks an expiry round's cleanup as running until dropped (also when it panics).
+pub(super) struct RoundRunning(Arc<std::sync::atomic::AtomicBool>);
+
+impl RoundRunning {
+    pub(super) fn start(flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        flag.store(true, Ordering::Release);
+        RoundRunning(flag)
+    }
+}
+
+impl Drop for RoundRunning {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// How a commit attempt sequence ended.
+pub(super) struct Outcome {
+    pub(super) result: Result<i64>,
+    /// Some attempt's outcome was unknown: its files may be referenced by the table.
+    pub(super) maybe_committed: bool,
+    /// Metadata files written by the attempts.
+    pub(super) written: Vec<String>,
+}
+
+pub(super) struct CommitStage {
+    pub(super) catalog: Arc<dyn Catalog>,
+    pub(super) view: watch::Sender<Arc<TableView>>,
+    pub(super) ledger: Arc<Mutex<Ledger>>,
+    pub(super) options: Arc<CommitterOptions>,
+    pub(super) last_expiry: Option<Instant>,
+    /// Whether the last expiry round is still deleting files.
+    pub(super) cleanup_running: Arc<std::sync::atomic::AtomicBool>,
+    /// The manifest list of this writer's last commit.
+    pub(super) manifest_list: Option<ManifestListCache>,
+    /// Manifests read by upserts' key lookups (see [`ManifestCache`]).
+    pub(super) manifests: ManifestCache,
+    pub(super) pace: Arc<Mutex<Pace>>,
+    /// Counts finished commits; the encoder waits on it when gathering.
+    pub(super) commits_done: watch::Sender<u64>,
+}
+
+impl CommitStage {
+    pub(super) async fn run(mut self, mut encoded: mpsc::Receiver<EncodedGroup>) {
+        while let Some(first) = encoded.recv().await {
+            // Marked at once: the encoder, woken by the free slot, reads it next.
+            let started = Instant::now();
+            self.pace.locked().commit_started = Some(started);
+            let mut groups = vec![first];
+            // Everything encoded while the previous commit was in flight goes in this one.
+            while let Ok(g) = encoded.try_recv() {
+                groups.push(g);
+            }
+            let released = groups.iter().map(|g| g.pendings.len()).sum();
+            for snapshot in one_snapshot_each(groups) {
+                self.commit_groups(snapshot).await;
+            }
+            {
+                let mut pace = self.pace.locked();
+                pace.commit_started = None;
+                pace.commit_ended = Some(Instant::now());
+                pace.released = released;
+                Pace::smooth(&mut pace.commit, started.elapsed());
+            }
+            self.commits_done.send_modify(|n| *n += 1);
+            self.expire_if_due().await;
+        }
+    }
+
+    pub(super) fn current(&self) -> Arc<TableView> {
+        self.view.borrow().clone()
+    }
+
+    pub(super) fn ident(&self) -> TableIdent {
+        self.current().table.ident.clone()
+    }
+
+    /// Publishes a newer table, rebuilding settings when the schema or spec moved.
+    pub(super) fn publish(&self, table: LoadedTable) {
+        let current = self.current();
+        let same_shape = current.table.metadata.current_schema_id()
+            == table.metadata.current_schema_id()
+            && current.table.metadata.default_partition_spec_id()
+                == table.metadata.default_partition_spec_id()
+            && current.table.metadata.properties() == table.metadata.properties();
+        if let Some(writer_id) = &self.options.writer_id
+            && let Ok(committed) = committed_offsets(&table.metadata, writer_id)
+        {
+            self.ledger.locked().committed.union_with(&committed);
+        }
+        let view = if same_shape {
+            TableView {
+                table,
+                file_io: current.file_io.clone(),
+                settings: current.settings.clone(),
+                merge: current.merge,
+                keys: current.keys.clone(),
+                key_problem: current.key_problem.clone(),
+                strategy: current.strategy,
+            }
+        } else {
+            match TableView::new(table.clone(), current.file_io.clone(), &self.options) {
+                Ok(v) => v,
+                // The head must move on regardless, or every later commit would conflict.
+                Err(e) => {
+                    tracing::warn!("table properties unusable, keeping the previous settings: {e}");
+                    // The key was checked against the previous schema and spec: upserts
+                    // and deletes wait (failing with this reason, not as the messages'
+                    // fault) until the table is usable again.
+                    TableView {
+                        table,
+                        file_io: current.file_io.clone(),
+                        settings: current.settings.clone(),
+                        merge: current.merge,
+                        keys: None,
+                        key_problem: Some(e.to_string()),
+                        strategy: current.strategy,
+                    }
+                }
+            }
+        };
+        self.view.send_replace(Arc::new(view));
+    }
+
+    pub(super) async fn commit_groups(&mut self, groups: Vec<EncodedGroup>) {
+        let started = Instant::now();
+        // Groups encoded against different schemas cannot share a snapshot; the first
+        // decides and the rest are answered with a retryable error.
+        let schema_id = groups[0].schema_id;
+        let spec_id = groups[0].spec_id;
+        let table_uuid = groups[0].table_uuid;
+        let mut data_files = Vec::new();
+        let mut delete_files = Vec::new();
+        let mut touched = None;
+        let mut staged = Vec::new();
+        let mut pendings = Vec::new();
+        let mut offsets = SourceOffsets::default();
+        for g in groups {
+            if g.schema_id != schema_id || g.spec_id != spec_id || g.table_uuid != table_uuid {
+                let e = Error::new(
+                    ErrorKind::Unavailable,
+                    "the table changed shape; retry the batch",
+                );
+                // Files streamed to storage (large groups) are referenced by nothing.
+                if g.staged.is_empty() && self.options.cleanup_on_failure {
+                    let files: Vec<DataFile> =
+                        g.data_files.into_iter().chain(g.delete_files).collect();
+                    self.delete_files(&files, &[]).await;
+                }
+                fail_all(g.pendings, &e);
+                continue;
+            }
+            data_files.extend(g.data_files);
+            delete_files.extend(g.delete_files);
+            // At most one group per run touches keys (see `one_snapshot_each`).
+            touched = touched.or(g.touched);
+            staged.extend(g.staged);
+            for p in &g.pendings {
+                offsets.union_with(&p.submission.offsets);
+            }
+            pendings.extend(g.pendings);
+        }
+        let changes = SnapshotChanges {
+            commit_id: uuid::Uuid::new_v4(),
+            table_uuid,
+            data_files,
+            delete_files,
+            // The key the group was resolved by, even if the view lost it since: a
+            // group with removals never commits as a plain append.
+            remove_keys: touched.map(|(touched, keys, by)| RemoveKeys {
+                keys,
+                touched,
+                settings: self.current().settings.clone(),
+                by,
+            }),
+            schema_id,
+            spec_id,
+            properties: HashMap::from([(
+                "floe.version".to_string(),
+                env!("CARGO_PKG_VERSION").to_string(),
+            )]),
+            offsets: self
+                .options
+                .writer_id
+                .clone()
+                .filter(|_| !offsets.is_empty())
+                .map(|w| (w, offsets.clone())),
+            in_flight: match self.options.writer_id {
+                Some(_) => self.ledger.locked().claimed_offsets(),
+                None => SourceOffsets::default(),
+            },
+        };
+        let outcome = self.commit_with_retries(&changes, staged).await;
+        match outcome.result {
+            Ok(snapshot_id) => {
+                self.record(&changes.data_files, started.elapsed());
+                if !offsets.is_empty() {
+                    self.ledger.locked().committed.union_with(&offsets);
+                }
+                for p in pendings {
+                    finish(p, Ok(Committed { snapshot_id }));
+                }
+            }
+            Err(e) => {
+                if self.options.cleanup_on_failure && !outcome.maybe_committed {
+                    let files: Vec<DataFile> = changes
+                        .data_files
+                        .iter()
+                        .chain(&changes.delete_files)
+                        .cloned()
+                        .collect();
+                    self.delete_files(&files, &outcome.written).await;
+                }
+                fail_all(pendings, &e);
+            }
+        }
+    }
+
+    pub(super) fn record(&self, data_files: &[DataFile], took: Duration) {
+        let rows = data_files.iter().map(|f| f.record_count()).sum();
+        let bytes = data_files.iter().map(|f| f.file_size_in_bytes()).sum();
+        self.options
+            .stats
+            .record_commit(rows, data_files.len() as u64, bytes, took);
+    }
+
+    /// Files of a definitively refused commit: nothing references them.
+    pub(super) async fn delete_files(&self, data_files: &[DataFile], metadata_files: &[String]) {
+        let file_io = self.current().file_io.clone();
+        let paths = data_files
+            .iter()
+            .map(|f| f.file_path().to_string())
+            .chain(metadata_files.iter().cloned());
+        for path in paths {
+            if let Err(e) = file_io.delete(&path).await {
+                tracing::warn!("could not delete {path} of a refused commit: {e}");
+            }
+        }
+    }
+
+    pub(super) async fn reload(&self) -> Result<LoadedTable> {
+        let ident = self.ident();
+        self.catalog
+            .load_table(&ident)
+            .await?
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("table {ident} was dropped")))
+    }
+
+    /// Commits, rebuilding on the new head after a conflict or a throttling answer. After
+    /// an unknown outcome it looks for the commit id before trying again (and once more
+    /// before giving up), so rows are never appended twice; while that stays undecided
+    /// the error says so.
+    ///
+    /// Conflicts are ordinary when several writers share a table and each one proves
+    /// that another commit landed, so they are retried for up to `retry_timeout`; a
+    /// retry reuses the data manifest and rewrites only the manifest list. Throttling and
+    /// answers of unknown outcome are retried `max_retries` times.
+    pub(super) async fn commit_with_retries(
+        &mut self,
+        changes: &SnapshotChanges,
+        mut staged_data: Vec<StagedFile>,
+    ) -> Outcome {
+        let ident = self.ident();
+        let started = Instant::now();
+        let mut written = Vec::new();
+        // Files of attempts the catalog definitively refused and no later attempt reuses.
+        let mut refused = Vec::new();
+        let mut maybe_committed = false;
+        let mut last_error: Option<Error> = None;
+        let mut rebase: Option<Rebase> = None;
+        let (mut conflicts, mut transient) = (0u32, 0u32);
+        let mut rejected_once = false;
+        let done = |result: Result<i64>, maybe_committed: bool, written| Outcome {
+            // Whatever failed later, an attempt that may have landed leaves the rows'
+            // fate unknown: a caller told "retry" could append them twice.
+            result: result.map_err(|e| match e.kind() {
+                ErrorKind::CommitStateUnknown => e,
+                _ if maybe_committed => Error::new(
+                    ErrorKind::CommitStateUnknown,
+                    format!("{e}; an earlier attempt's outcome is unknown"),
+                ),
+                _ => e,
+            }),
+            maybe_committed,
+            written,
+        };
+        for attempt in 0u32.. {
+            if let Some(previous) = &last_error {
+                let fresh = match self.reload().await {
+                    Ok(t) => t,
+                    // Cannot look. Even a "definite" refusal may come from a proxy that
+                    // re-sent an applied commit, so until a reload shows the commit id
+                    // absent, the attempt may have landed: its files stay.
+                    Err(e) => {
+                        let e = e.context(format!("{previous}; then reloading {ident}"));
+                        return done(Err(e), true, written);
+                    }
+                };
+                let found = find_commit(&fresh.metadata, changes.commit_id);
+                self.publish(fresh);
+                // Found: the attempt that landed may be one answered as refused (a proxy
+                // that replayed the POST got the refusal), so nothing is deleted.
+                if let Some(snapshot_id) = found {
+                    return done(Ok(snapshot_id), true, written);
+                }
+                let give_up = match previous.kind() {
+                    ErrorKind::Conflict => started.elapsed() >= self.options.retry_timeout,
+                    ErrorKind::Rejected => false,
+                    _ => transient > self.options.max_retries,
+                };
+                if give_up {
+                    break;
+                }
+                tokio::time::sleep(match previous.kind() {
+                    ErrorKind::Conflict => conflict_backoff(conflicts),
+                    _ => backoff(transient),
+                })
+                .await;
+            }
+            let view = self.current();
+            let t0 = Instant::now();
+            // Per attempt, so nothing of a failed attempt stays in memory.
+            let staging = Staging::default();
+            let prepared = match prepare_snapshot(
+                &view.table.metadata,
+                &view.file_io,
+                staging.io(),
+                changes,
+                &view.merge,
+                Cached {
+                    list: self.manifest_list.as_ref(),
+                    manifests: &self.manifests,
+                },
+                Attempt {
+                    number: attempt,
+                    rebase: rebase.as_ref(),
+                },
+            )
+            .await
+            {
+                Ok(p) => p,
+                // A file the attempt could not read (a manifest; a data file copy-on-write
+                // or positional deletes look into): reload and plan again, as after a
+                // conflict, since the head may no longer list it. (A changed schema or
+                // spec is Unavailable too, but for the caller: its rows are shredded again.)
+                Err(e)
+                    if e.kind() == ErrorKind::Unavailable
+                        && view.schema_id() == changes.schema_id
+                        && view.table.metadata.default_partition_spec_id() == changes.spec_id =>
+                {
+                    tracing::debug!("commit attempt {} to {ident}: {e}", attempt + 1);
+                    transient += 1;
+                    last_error = Some(e);
+                    continue;
+                }
+                Err(e) => return done(Err(e), maybe_committed, written),
+            };
+            written.extend(prepared.written.iter().cloned());
+            // The data files (first attempt only) go up with this attempt's manifest and
+            // list: one storage round trip.
+            let uploaded = match staging.take(prepared.staged).await {
+                Ok(mut files) => {
+                    files.append(&mut staged_data);
+                    upload(&view.file_io, &files).await
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = uploaded {
+                return done(Err(e.context("uploading")), maybe_committed, written);
+            }
+            let snapshot_id = prepared.snapshot_id;
+            let list = prepared.manifest_list;
+            let t1 = Instant::now();
+            let answer = self
+                .catalog
+                .commit(&ident, prepared.requirements, prepared.updates)
+                .await
+                .and_then(|table| accepted(table, snapshot_id));
+            match answer {
+                Ok(table) => {
+                    let t2 = Instant::now();
+                    self.options.stats.record_catalog(t2 - t1);
+                    self.manifests.keep_only(&list.manifests);
+                    self.manifest_list = Some(list);
+                    self.publish(table);
+                    tracing::debug!(
+                        "snapshot prepared in {:?}, committed in {:?}",
+                        t1 - t0,
+                        t2 - t1
+                    );
+                    self.delete_unreferenced(refused).await;
+                    return done(Ok(snapshot_id), true, written);
+                }
+                // A refusal on a stale view (e.g. another tool committed to a branch,
+                // moving the table's last sequence number): reload once and rebuild.
+                Err(e) if e.kind() == ErrorKind::Rejected && !rejected_once => {
+                    rejected_once = true;
+                    tracing::debug!("commit attempt {} to {ident} refused: {e}", attempt + 1);
+                    refused.extend(prepared.written.iter().cloned());
+                    transient += 1;
+                    last_error = Some(e);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::Conflict
+                            | ErrorKind::CommitStateUnknown
+                            | ErrorKind::Unavailable
+                    ) =>
+                {
+                    tracing::debug!("commit attempt {} to {ident}: {e}", attempt + 1);
+                    if e.kind() == ErrorKind::CommitStateUnknown {
+                        maybe_committed = true;
+                        rebase = None;
+                        transient += 1;
+                    } else {
+                        // Definitely refused: its manifest list (and merged manifests)
+                        // are garbage once a later attempt lands; its new data and delete
+                        // manifests are reused.
+                        let reused = prepared.rebase.reused_paths();
+                        refused.extend(
+                            prepared
+                                .written
+                                .iter()
+                                .filter(|p| !reused.contains(&p.as_str()))
+                                .cloned(),
+                        );
+                        rebase = Some(prepared.rebase);
+                        if e.kind() == ErrorKind::Conflict {
+                            conflicts += 1;
+                        } else {
+                            transient += 1;
+                        }
+                    }
+                    last_error = Some(e);
+                }
+                Err(e) => return done(Err(e), maybe_committed, written),
+            }
+        }
+        // An attempt of unknown outcome not found on the last look may still land; `done`
+        // says so.
+        let last = last_error.expect("loop ran");
+        let e = last.context(format!(
+            "commit to {ident} failed after {conflicts} conflicts and {transient} other retries in {:.1?}",
+            started.elapsed()
+        ));
+        done(Err(e), maybe_committed, written)
+    }
+
+    /// Deletes files no snapshot references (of attempts the catalog refused). Failures
+    /// are logged: the files are only garbage.
+    pub(super) async fn delete_unreferenced(&self, paths: Vec<String>) {
+        if paths.is_empty() || !self.options.cleanup_on_failure {
+            return;
+        }
+        let file_io = self.current().file_io.clone();
+        for path in paths {
+            if let Err(e) = file_io.delete(&path).await {
+                tracing::warn!("could not delete {path} of a refused commit attempt: {e}");
+            }
+        }
+    }
+
+    /// Expires snapshots past the table's retention (see `expire`) when at least 100
+    /// are due, or any are and the last round is a minute old: one catalog commit per
+    /// many data commits. One round at a time: a round whose file cleanup still runs
+    /// holds the next back.
+    pub(super) async fn expire_if_due(&mut self) {
+        if self.cleanup_running.load(Ordering::Acquire) {
+            return;
+        }
+        let view = self.current();
+        let stale = self
+            .last_expiry
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
+        // Between rounds, only a table past floe's count cap by a whole round is looked at.
+        let snapshots = view.table.metadata.snapshots().len();
+        if !stale && snapshots < self.options.retention.max_snapshots + 100 {
+            return;
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        let expired = expired_snapshots(&view.table.metadata, self.options.retention, now);
+        let refs = if self.options.retention.max_age.is_zero() {
+            Vec::new()
+        } else {
+            expired_refs(&view.table.metadata, now)
+        };
+        if (expired.is_empty() && refs.is_empty()) || (expired.len() < 100 && !stale) {
+            return;
+        }
+        self.last_expiry = Some(Instant::now());
+        let before = view.table.metadata.clone();
+        let (requirements, updates) = removal_request(&before, expired.clone(), refs);
+        match self
+            .catalog
+            .commit(&view.table.ident, requirements, updates)
+            .await
+        {
+            Ok(table) => {
+                let after = table.metadata.clone();
+                self.publish(table);
+                let file_io = view.file_io.clone();
+                let running = RoundRunning::start(self.cleanup_running.clone());
+                // Deleting unreachable files does not hold up the next commit.
+                tokio::spawn(async move {
+                    match delete_unreachable(&before, &after, &file_io, &expired).await {
+                        Ok(c) => tracing::debug!(
+                            "expired {} snapshots: {} files deleted, {} manifest lists read",
+                            expired.len(),
+                            c.deleted,
+                            c.lists_read
+                        ),
+                        Err(e) => tracing::warn!(
+                            "expired snapshots removed, but file cleanup failed: {e}"
+                        ),
+                    }
+                    drop(running);
+                });
+            }
+            // Someone moved the head or the catalog is busy: the next round tries again.
+            Err(e) => tracing::debug!("snapshot expiry skipped: {e}"),
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! What the committer knows of its table (schema, key, strategy, file settings),
+//! shared read-only with write calls; and which upsert strategy a table takes.
+
+use std::sync::Arc;
+
+use iceberg::io::FileIO;
+use iceberg::spec::{FormatVersion, TableMetadata};
+
+use super::CommitterOptions;
+use crate::catalog::LoadedTable;
+use crate::commit::merge::MergePolicy;
+use crate::config::MergeStrategy;
+use crate::error::{Error, Result};
+use crate::rowops::KeyColumns;
+use crate::write::{FileSettings, file_settings};
+
+/// What the committer currently knows of its table; shared read-only with callers.
+pub struct TableView {
+    pub table: LoadedTable,
+    pub file_io: FileIO,
+    pub settings: FileSettings,
+    pub merge: MergePolicy,
+    /// The key upserts and deletes match by; `None` for a table without one.
+    pub keys: Option<Arc<KeyColumns>>,
+    /// Why the table's own identifier fields cannot serve as the key (upserts and deletes
+    /// then fail with this reason; inserts are unaffected).
+    pub key_problem: Option<String>,
+    /// How this table's upserts and deletes are written.
+    pub strategy: MergeStrategy,
+}
+
+impl TableView {
+    pub fn new(table: LoadedTable, file_io: FileIO, options: &CommitterOptions) -> Result<Self> {
+        // Write modes floe cannot follow only matter for upserts and deletes.
+        let (strategy, strategy_problem) =
+            match merge_strategy(options.merge_strategy, &table.metadata) {
+                Ok(s) => (s, None),
+                Err(e) => (
+                    options.merge_strategy.unwrap_or_default(),
+                    Some(e.to_string()),
+                ),
+            };
+        let keys =
+            KeyColumns::for_table(table.metadata.current_schema(), &options.identifier_fields)
+                .and_then(|keys| match &keys {
+                    Some(k) if strategy == MergeStrategy::MergeOnRead => {
+                        check_merge_on_read(&table.metadata, k).map(|()| keys)
+                    }
+                    Some(_) if strategy == MergeStrategy::MergeOnReadPositional => {
+                        crate::rowops::positional::check_table(&table.metadata).map(|()| keys)
+                    }
+                    Some(_) => Ok(keys),
+                    None => Ok(None),
+                });
+        // A configured key must work; a key the table brings (set by another tool) only
+        // matters once a message upserts or deletes, so inserts go on without it.
+        let (keys, key_problem) = match keys {
+            _ if strategy_problem.is_some() => (None, strategy_problem),
+            Ok(keys) => (keys.map(Arc::new), None),
+            Err(e) if options.identifier_fields.is_empty() => (None, Some(e.to_string())),
+            Err(e) => return Err(e),
+        };
+        Ok(TableView {
+            settings: file_settings(&options.parquet, &table.metadata)?,
+            merge: MergePolicy::for_table(options.manifest_merge, &table.metadata)?,
+            keys,
+            key_problem,
+            strategy,
+            table,
+            file_io,
+        })
+    }
+
+    pub fn schema_id(&self) -> i32 {
+        self.table.metadata.current_schema_id()
+    }
+}
+
+/// The strategy for a table: the configured one, else the table's write modes, else
+/// merge-on-read. A configured strategy the table's write modes contradict is a config
+/// error: another engine writing this table would do the opposite, and a reader
+/// (Unity Catalog, Snowflake) may depend on copy-on-write.
+pub(super) fn merge_strategy(
+    configured: Option<MergeStrategy>,
+    metadata: &TableMetadata,
+) -> Result<MergeStrategy> {
+    let mode = |key: &str| -> Result<Option<MergeStrategy>> {
+        match metadata
+            .properties()
+            .get(key)
+            .map(|v| v.trim().to_ascii_lowercase())
+        {
+            None => Ok(None),
+            Some(v) if v == "copy-on-write" => Ok(Some(MergeStrategy::CopyOnWrite)),
+            Some(v) if v == "merge-on-read" => Ok(Some(MergeStrategy::MergeOnRead)),
+            Some(v) => Err(Error::config(format!(
+                "table property {key}={v:?} is neither copy-on-write nor merge-on-read"
+            ))),
+        }
+    };
+    let (update, delete) = (mode("write.update.mode")?, mode("write.delete.mode")?);
+    let table = match (update, delete) {
+        (Some(u), Some(d)) if u != d => {
+            return Err(Error::config(
+                "the table's write.update.mode and write.delete.mode differ; floe writes a \
+                 commit's upserts and deletes with one strategy: set merge_strategy, or make \
+                 them agree",
+            ));
+        }
+        (u, d) => u.or(d),
+    };
+    match (configured, table) {
+        (Some(c), Some(t)) if c.write_mode() != t.write_mode() => Err(Error::config(format!(
+            "merge_strategy is {} but the table's write.update.mode / write.delete.mode say {}; \
+             change one of them (or leave merge_strategy unset to follow the table)",
+            c.name(),
+            t.name()
+        ))),
+        (Some(c), _) => Ok(c),
+        (None, Some(t)) => {
+            let positional = metadata
+                .properties()
+                .get(crate::config::MERGE_ON_READ_DELETES)
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("position"));
+            let t = match t {
+                MergeStrategy::MergeOnRead if positional => MergeStrategy::MergeOnReadPositional,
+                t => t,
+            };
+            // Debug: views are rebuilt whenever a property changes (with exactly-once,
+            // every commit).
+            tracing::debug!(
+                "upserts and deletes use {} (the table's write modes; merge_strategy is unset)",
+                t.name()
+            );
+            Ok(t)
+        }
+        (None, None) => Ok(MergeStrategy::MergeOnRead),
+    }
+}
+
+/// Merge-on-read writes equality deletes: they need format v2 or later, and floe scopes
+/// them to the partition of their key, so the partition must follow from the key.
+pub(super) fn check_merge_on_read(metadata: &TableMetadata, keys: &KeyColumns) -> Result<()> {
+    if metadata.format_version() == FormatVersion::V1 {
+        return Err(Error::config(
+            "upserts and deletes (merge-on-read) need an Iceberg format v2 table; this one is v1",
+        ));
+    }
+    let schema = metadata.current_schema();
+    if let Some(name) = keys
+        .field_ids
+        .iter()
+        .zip(&keys.names)
+        .find_map(|(&id, name)| {
+            let uuid = iceberg::spec::Type::Primitive(iceberg::spec::PrimitiveType::Uuid);
+            (schema.field_by_id(id).map(|f| f.field_type.as_ref()) == Some(&uuid)).then_some(name)
+        })
+    {
+        return Err(Error::config(format!(
+            "identifier field {name:?} is a uuid: equality deletes on uuid columns are not \
+             applied correctly by the readers floe is tested with (DuckDB 1.5.5 and \
+             iceberg-rust 0.10.1 both fail), so merge-on-read refuses uuid keys"
+        )));
+    }
+    let spec = metadata.default_partition_spec();
+    if let Some(field) = spec
+        .fields()
+        .iter()
+        .find(|f| !keys.field_ids.contains(&f.source_id))
+    {
+        return Err(Error::config(format!(
+            "the table is partitioned by {:?}, which is not derived from the identifier fields \
+             ({}): merge-on-read deletes are scoped to the key's partition, so every partition \
+             source column must be an identifier field",
+            field.name,
+            keys.names.join(", ")
+        )));
+    }
+    Ok(())
+}
