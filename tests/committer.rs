@@ -741,3 +741,40 @@ fn files_of_refused_attempts_are_deleted_once_a_later_one_lands() {
         (0..10).collect::<Vec<_>>()
     );
 }
+
+/// A catalog that refuses a merge-on-read commit (some refuse equality-delete files, e.g.
+/// Unity Catalog) gets an error that names the way out: copy-on-write.
+#[test]
+fn a_refused_equality_delete_commit_names_copy_on_write() {
+    let rt = runtime();
+    let proxy = rt.block_on(FaultProxy::start(
+        services().rest_url.clone(),
+        vec![Fault::Reject, Fault::Reject],
+    ));
+    let cfg = rest_config(json!({
+        "catalog": {"url": proxy.url}, "namespace": "committer", "table": "refused_mor",
+        "identifier_fields": ["id"], "merge_strategy": "merge-on-read",
+        "schema_evolution": {"enabled": true, "schema": schema()}}));
+    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    let texts = rows(0, 3);
+    let msgs: Vec<Message> = texts
+        .iter()
+        .map(|t| Message {
+            operation: Some("upsert"),
+            ..Message::insert(t.as_bytes())
+        })
+        .collect();
+    let error = match rt.block_on(writer.write_batch(&msgs)) {
+        Err(e) => e,
+        Ok(out) => panic!("the call should have failed as a whole, yet returned {out:?}"),
+    };
+    assert_eq!(error.kind(), floe::ErrorKind::Rejected, "{error}");
+    assert!(
+        error.to_string().contains("merge_strategy: copy-on-write"),
+        "{error}"
+    );
+    // Inserts are not told to change strategy.
+    let (_proxy, writer) = writer_behind(&rt, vec![Fault::Reject, Fault::Reject], "refused_insert");
+    let error = expect_failed_call(&rt, &writer, &rows(0, 3));
+    assert!(!error.to_string().contains("copy-on-write"), "{error}");
+}

@@ -1,7 +1,8 @@
 //! Positional merge-on-read: upserts and deletes that write the positions of the rows
 //! they replace as position-delete files, found by copy-on-write's key lookup. Writes
-//! cost one small file per partition touched; readers that apply position deletes but
-//! not equality deletes (pyiceberg, Snowflake) read the table.
+//! cost one small file per data file touched (file-scoped, naming it in
+//! `referenced_data_file`); readers that apply position deletes but not equality deletes
+//! (pyiceberg, Snowflake) read the table.
 //!
 //! A row already deleted by a live position delete is not deleted again, so a key
 //! upserted many times costs one position delete per upsert, not one per earlier row.

@@ -353,9 +353,11 @@ pub struct DeletedRows {
     pub positions: Vec<u64>,
 }
 
-/// Writes position-delete files: one per partition of the data files named (a position
-/// delete applies only to data files of its own partition), rows sorted by file path and
-/// position, as the spec requires.
+/// Writes position-delete files: one per data file named ("file-scoped", as Spark
+/// writes them with `write.delete.granularity=file`), in that file's partition, its
+/// positions ascending, and `referenced_data_file` set — so a reader, and floe's next
+/// lookup, opens only the delete files of the data files it reads (file-path bounds do
+/// not help: Parquet statistics drop paths longer than 64 bytes).
 pub async fn write_position_delete_files(
     mut deleted: Vec<DeletedRows>,
     metadata: &TableMetadata,
@@ -386,23 +388,12 @@ pub async fn write_position_delete_files(
     let arrow = std::sync::Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
     let rolling = rolling_parquet(&schema, "-pos-deletes", metadata, file_io, settings)?;
     let spec = metadata.default_partition_spec();
-    let mut by_partition: Vec<(iceberg::spec::Struct, Vec<&DeletedRows>)> = Vec::new();
-    for d in &deleted {
-        match by_partition.iter_mut().find(|(p, _)| *p == d.partition) {
-            Some((_, rows)) => rows.push(d),
-            None => by_partition.push((d.partition.clone(), vec![d])),
-        }
-    }
     let mut files = Vec::new();
-    for (partition, rows) in by_partition {
-        let paths: arrow_array::StringArray = rows
-            .iter()
-            .flat_map(|d| d.positions.iter().map(|_| Some(d.path.as_str())))
-            .collect();
-        let positions: arrow_array::Int64Array = rows
-            .iter()
-            .flat_map(|d| d.positions.iter().map(|&p| Some(p as i64)))
-            .collect();
+    for d in &deleted {
+        let paths: arrow_array::StringArray =
+            d.positions.iter().map(|_| Some(d.path.as_str())).collect();
+        let positions: arrow_array::Int64Array =
+            d.positions.iter().map(|&p| Some(p as i64)).collect();
         let batch = RecordBatch::try_new(
             arrow.clone(),
             vec![std::sync::Arc::new(paths), std::sync::Arc::new(positions)],
@@ -412,15 +403,16 @@ pub async fn write_position_delete_files(
             PartitionKey::new(
                 spec.as_ref().clone(),
                 metadata.current_schema().clone(),
-                partition.clone(),
+                d.partition.clone(),
             )
         });
         let mut writer = rolling.build();
         writer.write(&key, &batch).await?;
         for mut file in writer.close().await? {
-            file.content(DataContentType::PositionDeletes);
-            file.partition(partition.clone());
-            file.partition_spec_id(spec.spec_id());
+            file.content(DataContentType::PositionDeletes)
+                .partition(d.partition.clone())
+                .partition_spec_id(spec.spec_id())
+                .referenced_data_file(Some(d.path.clone()));
             files.push(
                 file.build()
                     .map_err(|e| Error::internal(format!("position delete file: {e}")))?,

@@ -349,6 +349,17 @@ impl CommitStage {
             // Whatever failed later, an attempt that may have landed leaves the rows'
             // fate unknown: a caller told "retry" could append them twice.
             result: result.map_err(|e| match e.kind() {
+                // Some catalogs refuse equality-delete files (Unity Catalog): say what
+                // works there.
+                ErrorKind::Rejected if !maybe_committed && !changes.delete_files.is_empty() => {
+                    Error::new(
+                        ErrorKind::Rejected,
+                        format!(
+                            "{e} (the commit carried merge-on-read's equality-delete files; if \
+                         the catalog does not accept them, set merge_strategy: copy-on-write)"
+                        ),
+                    )
+                }
                 ErrorKind::CommitStateUnknown => e,
                 _ if maybe_committed => Error::new(
                     ErrorKind::CommitStateUnknown,
