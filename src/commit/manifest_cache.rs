@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use iceberg::io::FileIO;
 use iceberg::spec::{Manifest, ManifestFile};
 
+use crate::rowops::lookup::KeySignature;
 use crate::sync::LockExt;
 
 /// Estimated bytes cached at most per table.
@@ -27,6 +28,21 @@ const MAX_CACHED_BYTES: usize = 64 << 20;
 #[derive(Default)]
 pub struct ManifestCache {
     cached: Mutex<Cached>,
+    keys: Mutex<KeyHashes>,
+}
+
+/// Estimated bytes of key hashes cached at most per table (8 per row: ~16M rows).
+const MAX_KEY_HASH_BYTES: usize = 128 << 20;
+
+/// The hashes of the keys each live data file holds, sorted, for the key signature they
+/// were computed with. A data file never changes, so a file whose hashes miss every
+/// touched key's hash cannot hold one and is not read (a hash match is confirmed by
+/// reading the file).
+#[derive(Default)]
+struct KeyHashes {
+    signature: Option<KeySignature>,
+    files: HashMap<String, Arc<Vec<u64>>>,
+    bytes: usize,
 }
 
 #[derive(Default)]
@@ -57,6 +73,46 @@ impl ManifestCache {
                 .insert(manifest.manifest_path.clone(), (loaded.clone(), size));
         }
         Ok(loaded)
+    }
+
+    /// The key hashes of data file `path`, if known for this key signature.
+    pub fn key_hashes(&self, signature: &KeySignature, path: &str) -> Option<Arc<Vec<u64>>> {
+        let keys = self.keys.locked();
+        if keys.signature.as_ref() != Some(signature) {
+            return None;
+        }
+        keys.files.get(path).cloned()
+    }
+
+    /// Records the key hashes (sorted) of data file `path`; a new signature (the key
+    /// changed) forgets every file's.
+    pub fn remember_key_hashes(&self, signature: &KeySignature, path: &str, hashes: Vec<u64>) {
+        let mut keys = self.keys.locked();
+        if keys.signature.as_ref() != Some(signature) {
+            *keys = KeyHashes {
+                signature: Some(signature.clone()),
+                ..KeyHashes::default()
+            };
+        }
+        let size = 64 + path.len() + 8 * hashes.len();
+        if keys.bytes + size <= MAX_KEY_HASH_BYTES && !keys.files.contains_key(path) {
+            keys.bytes += size;
+            keys.files.insert(path.to_string(), Arc::new(hashes));
+        }
+    }
+
+    /// Forgets the key hashes of data files not in `live`.
+    pub fn keep_key_hashes(&self, live: &HashSet<String>) {
+        let mut keys = self.keys.locked();
+        let mut freed = 0;
+        keys.files.retain(|path, hashes| {
+            let keep = live.contains(path);
+            if !keep {
+                freed += 64 + path.len() + 8 * hashes.len();
+            }
+            keep
+        });
+        keys.bytes -= freed;
     }
 
     /// Forgets every manifest `head` does not list.

@@ -43,12 +43,20 @@ pub struct Hit {
 }
 
 /// The live data files of `manifests` that hold touched keys, with the rows' positions.
+///
+/// A file whose key hashes the cache holds (see [`ManifestCache::key_hashes`]) is read
+/// only when one of the touched keys' hashes is among them; any other file is read by its
+/// key columns once, which also records its hashes.
 pub async fn find_touched_rows(
     file_io: &FileIO,
     manifests: &[ManifestFile],
     cache: &ManifestCache,
     probe: &KeyProbe<'_>,
 ) -> Result<Vec<Hit>> {
+    let signature = KeySignature::of(probe.keys);
+    let mut touched_hashes: Vec<u64> = probe.touched.iter().map(|r| key_hash(*r)).collect();
+    touched_hashes.sort_unstable();
+    let mut live = HashSet::new();
     let mut hits = Vec::new();
     for (n, manifest) in manifests.iter().enumerate() {
         if manifest.content != ManifestContentType::Data {
@@ -57,10 +65,25 @@ pub async fn find_touched_rows(
         let entries = load(cache, file_io, manifest).await?;
         for entry in entries.entries().iter().filter(|e| e.is_alive()) {
             let file = entry.data_file();
+            live.insert(file.file_path().to_string());
             if !probe.ranges.may_hold(file) {
                 continue;
             }
-            let positions = touched_positions(file_io, file, probe).await?;
+            let positions = match cache.key_hashes(&signature, file.file_path()) {
+                Some(held) if !touched_hashes.iter().any(|h| held.binary_search(h).is_ok()) => {
+                    continue;
+                }
+                Some(_) => touched_positions(file_io, file, probe, None).await?,
+                None => {
+                    let mut hashes = Vec::new();
+                    let positions =
+                        touched_positions(file_io, file, probe, Some(&mut hashes)).await?;
+                    hashes.sort_unstable();
+                    hashes.dedup();
+                    cache.remember_key_hashes(&signature, file.file_path(), hashes);
+                    positions
+                }
+            };
             if !positions.is_empty() {
                 hits.push(Hit {
                     manifest: n,
@@ -71,7 +94,33 @@ pub async fn find_touched_rows(
             }
         }
     }
+    cache.keep_key_hashes(&live);
     Ok(hits)
+}
+
+/// What key hashes were computed for: the key's field ids and their Arrow types (a key
+/// column promoted from int to long encodes, and hashes, differently).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySignature(Vec<(i32, DataType)>);
+
+impl KeySignature {
+    fn of(keys: &KeyColumns) -> Self {
+        KeySignature(
+            keys.field_ids
+                .iter()
+                .zip(keys.arrow.fields())
+                .map(|(&id, f)| (id, f.data_type().clone()))
+                .collect(),
+        )
+    }
+}
+
+/// A key's hash: its encoded row's bytes, hashed the same way for the life of the process.
+fn key_hash(row: Row<'_>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    row.as_ref().hash(&mut h);
+    h.finish()
 }
 
 /// A manifest's entries, through the cache; unreadable is retryable (see [`unreadable`]).
@@ -114,11 +163,12 @@ pub fn unreadable(path: &str, e: impl std::fmt::Display) -> Error {
 }
 
 /// Positions of the rows of a Parquet data file whose key is touched, reading its key
-/// columns only.
+/// columns only; with `hashes`, also the hash of every row's key.
 async fn touched_positions(
     file_io: &FileIO,
     file: &DataFile,
     probe: &KeyProbe<'_>,
+    mut hashes: Option<&mut Vec<u64>>,
 ) -> Result<Vec<u64>> {
     let keys = probe.keys;
     let builder = open_data_file(file_io, file).await?;
@@ -157,6 +207,9 @@ async fn touched_positions(
         for (i, row) in rows.iter().enumerate() {
             if probe.touched.contains(&row) {
                 positions.push(offset + i as u64);
+            }
+            if let Some(hashes) = hashes.as_mut() {
+                hashes.push(key_hash(row));
             }
         }
         offset += batch.num_rows() as u64;
