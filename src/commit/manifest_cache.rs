@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use iceberg::io::FileIO;
-use iceberg::spec::{Manifest, ManifestFile};
+use iceberg::spec::{DataFile, Manifest, ManifestFile};
 
 use crate::rowops::lookup::KeySignature;
 use crate::sync::LockExt;
@@ -41,8 +41,18 @@ const MAX_KEY_HASH_BYTES: usize = 128 << 20;
 #[derive(Default)]
 struct KeyHashes {
     signature: Option<KeySignature>,
-    files: HashMap<String, Arc<Vec<u64>>>,
+    /// By path: the file's size and row count (a guard against a path reused for other
+    /// contents) and its hashes.
+    files: HashMap<String, (FileShape, Arc<Vec<u64>>)>,
     bytes: usize,
+}
+
+/// A data file's size in bytes and row count.
+type FileShape = (u64, u64);
+
+/// What a data file's cached hashes cost.
+fn hashes_size(path: &str, rows: u64) -> usize {
+    64 + path.len() + 8 * rows as usize
 }
 
 #[derive(Default)]
@@ -75,18 +85,25 @@ impl ManifestCache {
         Ok(loaded)
     }
 
-    /// The key hashes of data file `path`, if known for this key signature.
-    pub fn key_hashes(&self, signature: &KeySignature, path: &str) -> Option<Arc<Vec<u64>>> {
+    /// The key hashes of `file`, if known for this key signature.
+    pub fn key_hashes(&self, signature: &KeySignature, file: &DataFile) -> Option<Arc<Vec<u64>>> {
         let keys = self.keys.locked();
         if keys.signature.as_ref() != Some(signature) {
             return None;
         }
-        keys.files.get(path).cloned()
+        let (shape, hashes) = keys.files.get(file.file_path())?;
+        (*shape == (file.file_size_in_bytes(), file.record_count())).then(|| hashes.clone())
     }
 
-    /// Records the key hashes (sorted) of data file `path`; a new signature (the key
-    /// changed) forgets every file's.
-    pub fn remember_key_hashes(&self, signature: &KeySignature, path: &str, hashes: Vec<u64>) {
+    /// Whether `file`'s key hashes would fit the budget (else they are not collected).
+    pub fn key_hashes_fit(&self, file: &DataFile) -> bool {
+        let size = hashes_size(file.file_path(), file.record_count());
+        self.keys.locked().bytes + size <= MAX_KEY_HASH_BYTES
+    }
+
+    /// Records the key hashes (sorted) of `file`; a new signature (the key changed)
+    /// forgets every file's.
+    pub fn remember_key_hashes(&self, signature: &KeySignature, file: &DataFile, hashes: Vec<u64>) {
         let mut keys = self.keys.locked();
         if keys.signature.as_ref() != Some(signature) {
             *keys = KeyHashes {
@@ -94,10 +111,13 @@ impl ManifestCache {
                 ..KeyHashes::default()
             };
         }
-        let size = 64 + path.len() + 8 * hashes.len();
+        let path = file.file_path();
+        let size = hashes_size(path, file.record_count());
         if keys.bytes + size <= MAX_KEY_HASH_BYTES && !keys.files.contains_key(path) {
             keys.bytes += size;
-            keys.files.insert(path.to_string(), Arc::new(hashes));
+            let shape = (file.file_size_in_bytes(), file.record_count());
+            keys.files
+                .insert(path.to_string(), (shape, Arc::new(hashes)));
         }
     }
 
@@ -105,10 +125,10 @@ impl ManifestCache {
     pub fn keep_key_hashes(&self, live: &HashSet<String>) {
         let mut keys = self.keys.locked();
         let mut freed = 0;
-        keys.files.retain(|path, hashes| {
+        keys.files.retain(|path, ((_, rows), _)| {
             let keep = live.contains(path);
             if !keep {
-                freed += 64 + path.len() + 8 * hashes.len();
+                freed += hashes_size(path, *rows);
             }
             keep
         });

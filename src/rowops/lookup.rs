@@ -69,18 +69,20 @@ pub async fn find_touched_rows(
             if !probe.ranges.may_hold(file) {
                 continue;
             }
-            let positions = match cache.key_hashes(&signature, file.file_path()) {
-                Some(held) if !touched_hashes.iter().any(|h| held.binary_search(h).is_ok()) => {
-                    continue;
-                }
+            let positions = match cache.key_hashes(&signature, file) {
+                Some(held) if !overlap(&touched_hashes, &held) => continue,
                 Some(_) => touched_positions(file_io, file, probe, None).await?,
+                None if !cache.key_hashes_fit(file) => {
+                    touched_positions(file_io, file, probe, None).await?
+                }
                 None => {
-                    let mut hashes = Vec::new();
+                    let mut hashes = Vec::with_capacity(file.record_count() as usize);
                     let positions =
                         touched_positions(file_io, file, probe, Some(&mut hashes)).await?;
                     hashes.sort_unstable();
                     hashes.dedup();
-                    cache.remember_key_hashes(&signature, file.file_path(), hashes);
+                    hashes.shrink_to_fit();
+                    cache.remember_key_hashes(&signature, file, hashes);
                     positions
                 }
             };
@@ -113,6 +115,13 @@ impl KeySignature {
                 .collect(),
         )
     }
+}
+
+/// Whether two sorted hash lists share a value: each of the shorter one is looked up in
+/// the longer.
+fn overlap(a: &[u64], b: &[u64]) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    short.iter().any(|h| long.binary_search(h).is_ok())
 }
 
 /// A key's hash: its encoded row's bytes, hashed the same way for the life of the process.
