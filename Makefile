@@ -12,6 +12,11 @@ LIB        := target/release/libfloe.a
 # A debug libfloe with armable failpoints, for the Go binding's panic-safety test only.
 FAILPOINT_LIB := target/failpoints/libfloe.a
 E2E        := e2e
+# Go links libfloe.a by -l, and does not hash it: after a Rust-only change `go build`
+# keeps the old binary and `go test` its cached test binary. A stamp of the library's
+# contents in the link flags makes every change relink.
+LIB_STAMP   = -ldflags=-X=main.libfloeStamp=$(shell sha256sum $(LIB) | cut -c1-16)
+FP_STAMP    = -ldflags=-X=main.libfloeStamp=$(shell sha256sum $(FAILPOINT_LIB) | cut -c1-16)
 
 .PHONY: run test lib bin header header-check py-deps rust-test go-test e2e-test lint fmt clean \
 	bench bench-quick bench-deps bench-components
@@ -26,7 +31,7 @@ $(FAILPOINT_LIB): Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 	mkdir -p $(dir $@) && cp target/debug/libfloe.a $@
 
 $(FLOE_BIN): $(LIB) $(shell find go-shim -name '*.go') go-shim/go.mod include/floe.h
-	cd go-shim && $(GO) build -o cmd/floe/floe ./cmd/floe
+	cd go-shim && $(GO) build $(LIB_STAMP) -o cmd/floe/floe ./cmd/floe
 
 bin: $(FLOE_BIN)
 
@@ -34,7 +39,7 @@ py-deps:
 	$(PYTHON) $(E2E)/install_python_deps.py
 
 $(SINKBENCH): $(LIB) $(shell find go-shim -name '*.go') include/floe.h
-	cd go-shim && $(GO) build -o cmd/sinkbench/sinkbench ./cmd/sinkbench
+	cd go-shim && $(GO) build $(LIB_STAMP) -o cmd/sinkbench/sinkbench ./cmd/sinkbench
 
 $(GO_PEER): $(wildcard bench-configs/peers/iceberg-go/*.go) bench-configs/peers/iceberg-go/go.mod
 	cd bench-configs/peers/iceberg-go && $(GO) build -o iceberg-go-append .
@@ -78,8 +83,8 @@ rust-test: py-deps
 	$(CARGO) test --all-targets
 
 go-test: $(LIB) $(FAILPOINT_LIB)
-	cd go-shim && GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./...
-	cd go-shim && GOEXPERIMENT=cgocheck2 $(GO) test -count=1 -tags floe_failpoints -run Failpoint ./floe/
+	cd go-shim && GOEXPERIMENT=cgocheck2 $(GO) test $(LIB_STAMP) -count=1 ./...
+	cd go-shim && GOEXPERIMENT=cgocheck2 $(GO) test $(FP_STAMP) -count=1 -tags floe_failpoints -run Failpoint ./floe/
 
 e2e-test: bench-deps
 	$(PYTHON) -m pytest -q $(E2E)

@@ -86,6 +86,14 @@ fn parquet_compression(codec: Compression, level: Option<i32>) -> Result<PqCompr
     })
 }
 
+/// The `created_by` of floe's Parquet files, in the form parquet-mr's version parser
+/// reads (`<application> version <semver>`): Iceberg's Java reader (Spark, Trino, Flink)
+/// logs a warning per file and ignores its binary column statistics when it cannot parse
+/// it.
+pub fn created_by() -> String {
+    format!("floe version {}", env!("CARGO_PKG_VERSION"))
+}
+
 /// Resolves the Parquet settings: `config` wins, then the table's properties, then defaults.
 pub fn file_settings(config: &ParquetConfig, metadata: &TableMetadata) -> Result<FileSettings> {
     let props = metadata.properties();
@@ -104,7 +112,7 @@ pub fn file_settings(config: &ParquetConfig, metadata: &TableMetadata) -> Result
     let mut builder = WriterProperties::builder()
         .set_writer_version(WriterVersion::PARQUET_2_0)
         .set_compression(parquet_compression(codec, level)?)
-        .set_created_by(format!("floe {}", env!("CARGO_PKG_VERSION")));
+        .set_created_by(created_by());
     if let Some(rows) = config.row_group_size {
         builder = builder.set_max_row_group_row_count(Some(rows));
     }
