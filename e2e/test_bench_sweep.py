@@ -17,9 +17,15 @@ def test_tiny_sweep_verifies_every_run_and_writes_reports(tmp_path):
         [sys.executable, SWEEP, "--catalog", "both", "--batches", "1000", "--in-flight", "1,4",
          "--cores", "1,2", "--runs", "1", "--seconds", "0.5", "--min-rows", "20000",
          "--sink-batches", "1000,5000", "--sink-rows", "10000", "--warm-services", "1",
-         "--out", str(out)],
+         "--upsert-rows", "4000", "--out", str(out)],
         capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+    # The upsert pipelines ran for every strategy, each read back (upserts.py exits
+    # non-zero otherwise, failing the sweep).
+    upserts = (out / "upserts.md").read_text()
+    for strategy in ("insert", "merge-on-read", "merge-on-read-positional", "copy-on-write"):
+        assert f"| {strategy} | 1 |" in upserts and f"| {strategy} | 4 |" in upserts, upserts
 
     runs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     pipelines = [r for r in runs if r["kind"] == "pipeline"]
