@@ -1400,9 +1400,22 @@ fn a_created_table_records_the_configured_strategy() {
 /// table (24 small delete files) in one run.
 #[test]
 fn merged_delete_manifests_keep_their_sequence_numbers() {
-    let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let config = embedded(dir.path(), json!({"merge_strategy": "merge-on-read"}));
+    hot_key_rounds(dir.path(), "merge-on-read", 8, |_, _, _| {});
+}
+
+/// Hot-key rounds on `up.t`, whose manifests merge from 3 on: round i upserts key 1
+/// (value `u{i}`), then inserts key 2 and deletes it; after each round DuckDB must read
+/// the model, and `check(round, writer, model)` runs. Ends by checking the head's
+/// manifests; returns the runtime and the writer.
+fn hot_key_rounds(
+    dir: &std::path::Path,
+    strategy: &str,
+    rounds: u64,
+    mut check: impl FnMut(u64, &Writer, &Model),
+) -> (tokio::runtime::Runtime, Writer) {
+    let rt = runtime();
+    let config = embedded(dir, json!({"merge_strategy": strategy}));
     let w = rt.block_on(Writer::open(config.clone())).unwrap();
     call(&rt, &w, &[("insert", r#"{"tenant":"t","id":0,"v":"x"}"#)]);
     let ident = table_ident("up", "t").unwrap();
@@ -1416,7 +1429,7 @@ fn merged_delete_manifests_keep_their_sequence_numbers() {
     ));
     drop(w);
     let w = rt.block_on(Writer::open(config.clone())).unwrap();
-    for i in 1..=8i64 {
+    for i in 1..=rounds {
         let upsert = format!(r#"{{"tenant":"t","id":1,"v":"u{i}"}}"#);
         call(&rt, &w, &[("upsert", upsert.as_str())]);
         call(&rt, &w, &[("insert", r#"{"tenant":"t","id":2,"v":"tmp"}"#)]);
@@ -1434,8 +1447,10 @@ fn merged_delete_manifests_keep_their_sequence_numbers() {
                    "sql": "SELECT tenant, id, v FROM $T"}),
         );
         assert_eq!(rows_of(&duck), expected(&model), "DuckDB, round {i}");
+        check(i, &w, &model);
     }
     head_manifests_are_sound(&rt, &w, &config);
+    (rt, w)
 }
 
 /// How many manifests the head's manifest list of table `up.t` names.
@@ -1467,57 +1482,28 @@ fn head_manifest_count(rt: &tokio::runtime::Runtime, w: &Writer, config: &Config
 /// also after delete manifests were merged; DuckDB, pyiceberg and iceberg-rust agree.
 #[test]
 fn positional_deletes_each_old_row_once_across_merged_delete_manifests() {
-    let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let config = embedded(
-        dir.path(),
-        json!({"merge_strategy": "merge-on-read-positional"}),
-    );
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
-    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":0,"v":"x"}"#)]);
-    let ident = table_ident("up", "t").unwrap();
-    rt.block_on(writer_props(
-        &w,
-        &ident,
-        HashMap::from([(
-            "commit.manifest.min-count-to-merge".to_string(),
-            "3".to_string(),
-        )]),
-    ));
-    drop(w);
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
     let wh = dir.path().join("wh");
     let pyiceberg = json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
                            "warehouse": format!("file://{}", wh.display()), "table": "up.t",
                            "sql": "SELECT tenant, id, v FROM $T"});
+    let scans = runtime();
+    let config = embedded(
+        dir.path(),
+        json!({"merge_strategy": "merge-on-read-positional"}),
+    );
     let rounds = 8u64;
-    for i in 1..=rounds {
-        let upsert = format!(r#"{{"tenant":"t","id":1,"v":"u{i}"}}"#);
-        call(&rt, &w, &[("upsert", upsert.as_str())]);
-        call(&rt, &w, &[("insert", r#"{"tenant":"t","id":2,"v":"tmp"}"#)]);
-        call(&rt, &w, &[("delete", r#"{"tenant":"t","id":2}"#)]);
-        let mut model = Model::new();
-        model.insert(("t".into(), 0), vec!["x".into()]);
-        model.insert(("t".into(), 1), vec![format!("u{i}")]);
-        let t = rt
-            .block_on(w.catalog().load_table(&ident))
-            .unwrap()
-            .unwrap();
-        let duck = read_back(
-            "duckdb-file",
-            json!({"metadata": t.metadata_location.unwrap(),
-                   "sql": "SELECT tenant, id, v FROM $T"}),
-        );
-        assert_eq!(rows_of(&duck), expected(&model), "DuckDB, round {i}");
+    let check = |i: u64, w: &Writer, model: &Model| {
         let py = read_back("pyiceberg-sql", pyiceberg.clone());
-        assert_eq!(rows_of(&py), expected(&model), "pyiceberg, round {i}");
+        assert_eq!(rows_of(&py), expected(model), "pyiceberg, round {i}");
         assert_eq!(
-            scanned(&rt, &w, &config),
-            expected(&model),
+            scanned(&scans, w, &config),
+            expected(model),
             "iceberg-rust, round {i}"
         );
-    }
-    head_manifests_are_sound(&rt, &w, &config);
+    };
+    let (rt, w) = hot_key_rounds(dir.path(), "merge-on-read-positional", rounds, check);
+    let ident = table_ident("up", "t").unwrap();
     let t = rt
         .block_on(w.catalog().load_table(&ident))
         .unwrap()
