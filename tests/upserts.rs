@@ -1401,18 +1401,18 @@ fn a_created_table_records_the_configured_strategy() {
 #[test]
 fn merged_delete_manifests_keep_their_sequence_numbers() {
     let dir = tempfile::tempdir().unwrap();
-    hot_key_rounds(dir.path(), "merge-on-read", 8, |_, _, _| {});
+    hot_key_rounds(dir.path(), "merge-on-read", 8, |_, _, _, _| {});
 }
 
 /// Hot-key rounds on `up.t`, whose manifests merge from 3 on: round i upserts key 1
 /// (value `u{i}`), then inserts key 2 and deletes it; after each round DuckDB must read
-/// the model, and `check(round, writer, model)` runs. Ends by checking the head's
+/// the model, and `check(round, runtime, writer, model)` runs. Ends by checking the head's
 /// manifests; returns the runtime and the writer.
 fn hot_key_rounds(
     dir: &std::path::Path,
     strategy: &str,
     rounds: u64,
-    mut check: impl FnMut(u64, &Writer, &Model),
+    mut check: impl FnMut(u64, &tokio::runtime::Runtime, &Writer, &Model),
 ) -> (tokio::runtime::Runtime, Writer) {
     let rt = runtime();
     let config = embedded(dir, json!({"merge_strategy": strategy}));
@@ -1447,7 +1447,7 @@ fn hot_key_rounds(
                    "sql": "SELECT tenant, id, v FROM $T"}),
         );
         assert_eq!(rows_of(&duck), expected(&model), "DuckDB, round {i}");
-        check(i, &w, &model);
+        check(i, &rt, &w, &model);
     }
     head_manifests_are_sound(&rt, &w, &config);
     (rt, w)
@@ -1487,17 +1487,16 @@ fn positional_deletes_each_old_row_once_across_merged_delete_manifests() {
     let pyiceberg = json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
                            "warehouse": format!("file://{}", wh.display()), "table": "up.t",
                            "sql": "SELECT tenant, id, v FROM $T"});
-    let scans = runtime();
     let config = embedded(
         dir.path(),
         json!({"merge_strategy": "merge-on-read-positional"}),
     );
     let rounds = 8u64;
-    let check = |i: u64, w: &Writer, model: &Model| {
+    let check = |i: u64, rt: &tokio::runtime::Runtime, w: &Writer, model: &Model| {
         let py = read_back("pyiceberg-sql", pyiceberg.clone());
         assert_eq!(rows_of(&py), expected(model), "pyiceberg, round {i}");
         assert_eq!(
-            scanned(&scans, w, &config),
+            scanned(rt, w, &config),
             expected(model),
             "iceberg-rust, round {i}"
         );
