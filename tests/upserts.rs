@@ -680,6 +680,23 @@ fn positional_upserts_of_keys_in_old_spec_files_refuse() {
     upserts_after_partition_evolution_refuse(json!({"merge_strategy": "merge-on-read-positional"}));
 }
 
+/// Another tool's partition spec evolution: `up.t` becomes partitioned by bucket(4, id).
+fn partition_by_id_bucket(rt: &tokio::runtime::Runtime, w: &Writer, ident: &iceberg::TableIdent) {
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(2, "id_bucket", Transform::Bucket(4))
+        .unwrap()
+        .build();
+    rt.block_on(w.catalog().commit(
+        ident,
+        vec![],
+        vec![
+            TableUpdate::AddSpec { spec },
+            TableUpdate::SetDefaultSpec { spec_id: -1 },
+        ],
+    ))
+    .unwrap();
+}
+
 fn upserts_after_partition_evolution_refuse(extra: Value) {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
@@ -695,19 +712,7 @@ fn upserts_after_partition_evolution_refuse(extra: Value) {
     );
     let ident = table_ident("up", "t").unwrap();
     // Another tool adds bucket(4, id): derived from the key, so check_merge_on_read accepts it.
-    let spec = UnboundPartitionSpec::builder()
-        .add_partition_field(2, "id_bucket", Transform::Bucket(4))
-        .unwrap()
-        .build();
-    rt.block_on(first.catalog().commit(
-        &ident,
-        vec![],
-        vec![
-            TableUpdate::AddSpec { spec },
-            TableUpdate::SetDefaultSpec { spec_id: -1 },
-        ],
-    ))
-    .unwrap();
+    partition_by_id_bucket(&rt, &first, &ident);
     drop(first);
     let writer = rt.block_on(Writer::open(config.clone())).unwrap();
     // Deletes for the new spec would not reach the rows of the old one: refused, clearly,
@@ -1137,13 +1142,15 @@ fn copy_on_write_refuses_to_rewrite_files_whose_nested_columns_changed() {
     assert!(rows.iter().all(|r| r["v"] == json!("x")), "{rows:?}");
 }
 
-#[test]
-fn copy_on_write_upsert_streams_still_merge_manifests() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let config = embedded(dir.path(), json!({"merge_strategy": "copy-on-write"}));
+/// A writer on `up.t` (holding key 0, value `x`) whose manifests merge from 3 on.
+fn merging_writer(
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    strategy: &str,
+) -> (Writer, Config) {
+    let config = embedded(dir, json!({"merge_strategy": strategy}));
     let w = rt.block_on(Writer::open(config.clone())).unwrap();
-    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":0,"v":"x"}"#)]);
+    call(rt, &w, &[("insert", r#"{"tenant":"t","id":0,"v":"x"}"#)]);
     let ident = table_ident("up", "t").unwrap();
     rt.block_on(writer_props(
         &w,
@@ -1154,7 +1161,14 @@ fn copy_on_write_upsert_streams_still_merge_manifests() {
         )]),
     ));
     drop(w);
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    (rt.block_on(Writer::open(config.clone())).unwrap(), config)
+}
+
+#[test]
+fn copy_on_write_upsert_streams_still_merge_manifests() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (w, config) = merging_writer(&rt, dir.path(), "copy-on-write");
     for i in 1..=10i64 {
         let p = format!(r#"{{"tenant":"t","id":{i},"v":"u{i}"}}"#);
         call(&rt, &w, &[("upsert", p.as_str())]);
@@ -1171,20 +1185,7 @@ fn copy_on_write_upsert_streams_still_merge_manifests() {
 fn merge_on_read_upsert_streams_merge_their_delete_manifests() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let config = embedded(dir.path(), json!({"merge_strategy": "merge-on-read"}));
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
-    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":0,"v":"x"}"#)]);
-    let ident = table_ident("up", "t").unwrap();
-    rt.block_on(writer_props(
-        &w,
-        &ident,
-        HashMap::from([(
-            "commit.manifest.min-count-to-merge".to_string(),
-            "3".to_string(),
-        )]),
-    ));
-    drop(w);
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    let (w, config) = merging_writer(&rt, dir.path(), "merge-on-read");
     for i in 1..=10i64 {
         let p = format!(r#"{{"tenant":"t","id":{i},"v":"u{i}"}}"#);
         call(&rt, &w, &[("upsert", p.as_str())]);
@@ -1249,19 +1250,7 @@ fn copy_on_write_upserts_after_partition_evolution_replace_old_rows() {
         ],
     );
     let ident = table_ident("up", "t").unwrap();
-    let spec = UnboundPartitionSpec::builder()
-        .add_partition_field(2, "id_bucket", Transform::Bucket(4))
-        .unwrap()
-        .build();
-    rt.block_on(first.catalog().commit(
-        &ident,
-        vec![],
-        vec![
-            TableUpdate::AddSpec { spec },
-            TableUpdate::SetDefaultSpec { spec_id: -1 },
-        ],
-    ))
-    .unwrap();
+    partition_by_id_bucket(&rt, &first, &ident);
     drop(first);
     let writer = rt.block_on(Writer::open(config.clone())).unwrap();
     call(
@@ -1415,20 +1404,8 @@ fn hot_key_rounds(
     mut check: impl FnMut(u64, &tokio::runtime::Runtime, &Writer, &Model),
 ) -> (tokio::runtime::Runtime, Writer) {
     let rt = runtime();
-    let config = embedded(dir, json!({"merge_strategy": strategy}));
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
-    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":0,"v":"x"}"#)]);
+    let (w, config) = merging_writer(&rt, dir, strategy);
     let ident = table_ident("up", "t").unwrap();
-    rt.block_on(writer_props(
-        &w,
-        &ident,
-        HashMap::from([(
-            "commit.manifest.min-count-to-merge".to_string(),
-            "3".to_string(),
-        )]),
-    ));
-    drop(w);
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
     for i in 1..=rounds {
         let upsert = format!(r#"{{"tenant":"t","id":1,"v":"u{i}"}}"#);
         call(&rt, &w, &[("upsert", upsert.as_str())]);

@@ -549,29 +549,25 @@ async fn build_snapshot(
     written.extend(merged.written);
     let mut manifests = vec![new_manifest.clone()];
     manifests.extend(delete_manifest.clone());
-    if let Some(r) = rewrite.as_ref().filter(|r| !r.added.is_empty()) {
-        // The remaining rows of rewritten files: this attempt's own manifest.
+    // This attempt's own files: the remaining rows of rewritten files (copy-on-write) and
+    // the position deletes it planned, each in a manifest of its own.
+    let planned = rewrite.as_ref().map(|r| {
+        [
+            (&r.added, NewManifest::Rewritten(attempt)),
+            (&r.position_deletes, NewManifest::PositionDeletes(attempt)),
+        ]
+    });
+    for (new_files, kind) in planned.into_iter().flatten() {
+        if new_files.is_empty() {
+            continue;
+        }
         let m = write_new_manifest(
             metadata,
             stage_io,
             snapshot_id,
             files.commit_id,
-            &r.added,
-            NewManifest::Rewritten(attempt),
-        )
-        .await?;
-        written.push(m.manifest_path.clone());
-        staged.push(m.manifest_path.clone());
-        manifests.push(m);
-    }
-    if let Some(r) = rewrite.as_ref().filter(|r| !r.position_deletes.is_empty()) {
-        let m = write_new_manifest(
-            metadata,
-            stage_io,
-            snapshot_id,
-            files.commit_id,
-            &r.position_deletes,
-            NewManifest::PositionDeletes(attempt),
+            new_files,
+            kind,
         )
         .await?;
         written.push(m.manifest_path.clone());
