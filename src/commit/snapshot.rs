@@ -513,9 +513,9 @@ async fn build_snapshot(
                 (snapshot_id, files.commit_id, attempt),
                 carried,
                 remove,
+                written,
             )
             .await?;
-            written.extend(r.written.iter().cloned());
             carried = r.manifests.clone();
             Some(r)
         }
@@ -531,12 +531,9 @@ async fn build_snapshot(
     };
     // This attempt's copies that mark removed files DELETED are listed as they are (a
     // merge drops DELETED entries); the rest of the head merges as usual.
-    let (own_copies, carried): (Vec<ManifestFile>, Vec<ManifestFile>) =
-        carried.into_iter().partition(|m| {
-            rewrite
-                .as_ref()
-                .is_some_and(|r| r.written.contains(&m.manifest_path))
-        });
+    let (own_copies, carried): (Vec<ManifestFile>, Vec<ManifestFile>) = carried
+        .into_iter()
+        .partition(|m| written.contains(&m.manifest_path));
     let merged = merge_manifests(
         metadata,
         file_io,

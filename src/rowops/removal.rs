@@ -54,48 +54,13 @@ pub struct Removed {
     pub added: Vec<DataFile>,
     /// Position-delete files for the touched rows.
     pub position_deletes: Vec<DataFile>,
-    /// Files this attempt wrote (data, delete files and manifests), for cleanup if it is
-    /// refused.
-    pub written: Vec<String>,
 }
 
 /// Removes, for a snapshot `snapshot_id` on top of `metadata`'s head (whose manifests
-/// are `carried`), the rows with any of the touched keys.
+/// are `carried`), the rows with any of the touched keys. Every file it writes is
+/// recorded in `written` as soon as it exists: the caller deletes them if the attempt
+/// fails (see [`crate::commit::snapshot::prepare_snapshot`]).
 pub async fn remove_touched_rows(
-    metadata: &TableMetadata,
-    (file_io, cache): (&FileIO, &ManifestCache),
-    (snapshot_id, commit_id, attempt): (i64, Uuid, u32),
-    carried: Vec<ManifestFile>,
-    remove: &RemoveKeys,
-) -> Result<Removed> {
-    let mut written = Vec::new();
-    cache.keep_only(&carried);
-    let planned = plan(
-        metadata,
-        (file_io, cache),
-        (snapshot_id, commit_id, attempt),
-        carried,
-        remove,
-        &mut written,
-    )
-    .await;
-    match planned {
-        Ok(removed) => Ok(Removed { written, ..removed }),
-        Err(e) => {
-            // Nothing references what a failed plan wrote.
-            for path in &written {
-                if let Err(d) = file_io.delete(path).await {
-                    tracing::warn!("could not delete {path} of a failed plan: {d}");
-                }
-            }
-            Err(e)
-        }
-    }
-}
-
-/// [`remove_touched_rows`]'s work; every file it writes is recorded in `written` once it
-/// exists.
-async fn plan(
     metadata: &TableMetadata,
     (file_io, cache): (&FileIO, &ManifestCache),
     ids: (i64, Uuid, u32),
@@ -103,6 +68,7 @@ async fn plan(
     remove: &RemoveKeys,
     written: &mut Vec<String>,
 ) -> Result<Removed> {
+    cache.keep_only(&carried);
     match remove.by {
         Removal::Rewrite => cow::check_table(metadata, &carried)?,
         Removal::PositionDeletes => positional::check_table(metadata)?,
