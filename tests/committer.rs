@@ -118,6 +118,11 @@ enum Fault {
     /// Do not forward; answer 302 pointing at the table's own URL, as a misconfigured
     /// gateway does (a client following it GETs the table: 200).
     Redirect,
+    /// Forward it (the catalog applies it); before answering, let another tool (pyiceberg)
+    /// append a row and expire every snapshot but its own; then answer 409 as a proxy that
+    /// re-sent the POST would. The commit landed, but its snapshot id and commit id are
+    /// gone from the table's history.
+    ApplyThenForeignExpiryThen409,
 }
 
 /// A small HTTP/1.1 proxy in front of the REST catalog that injects `faults`, in order,
@@ -216,6 +221,22 @@ async fn proxy_one(
                 "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
             client.write_all(answer.as_bytes()).await
         }
+        Some(Fault::ApplyThenForeignExpiryThen409) => {
+            injected.fetch_add(1, Ordering::SeqCst);
+            let path = first_line.split(' ').nth(1).unwrap_or_default();
+            let (ns, name) = table_of(path);
+            let mut args = services().pyiceberg_args(&format!("{ns}.{name}"));
+            args["rows"] = json!([{"id": FOREIGN_ID, "kind": "pyiceberg"}]);
+            tokio::task::spawn_blocking(move || read_back("foreign-append-and-expire", args))
+                .await
+                .expect("the foreign commit ran");
+            let body = r#"{"error":{"message":"requirement failed","type":"CommitFailedException","code":409}}"#;
+            let answer = format!(
+                "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            client.write_all(answer.as_bytes()).await
+        }
         Some(Fault::Answer503AfterApplying) => {
             injected.fetch_add(1, Ordering::SeqCst);
             let answer = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
@@ -223,6 +244,16 @@ async fn proxy_one(
         }
         _ => client.write_all(&response).await,
     }
+}
+
+/// The row another tool appends in `Fault::ApplyThenForeignExpiryThen409`.
+const FOREIGN_ID: i64 = 100_000;
+
+/// Namespace and table of a commit's path, `/v1/namespaces/<ns>/tables/<name>`.
+fn table_of(path: &str) -> (String, String) {
+    let (before, name) = path.rsplit_once("/tables/").expect("a table path");
+    let ns = before.rsplit('/').next().unwrap_or_default();
+    (ns.to_string(), name.to_string())
 }
 
 #[test]
@@ -691,6 +722,63 @@ fn exactly_once_survives_another_tools_commit_and_expiry() {
     let mut want: Vec<i64> = (0..1000).collect();
     want.push(100_000);
     assert_eq!(ids_read_back("committer.eo_foreign"), want);
+}
+
+/// Writes rows 0..10 through a proxy that applies the first commit, lets another tool
+/// commit and expire it, and answers 409; then replays the batch as a host would after
+/// an error. Returns the ids in the table and the calls it took.
+fn commit_expired_behind_a_conflict(table: &str, exactly_once: bool) -> (Vec<i64>, usize) {
+    let rt = runtime();
+    let proxy = rt.block_on(FaultProxy::start(
+        services().rest_url.clone(),
+        vec![Fault::ApplyThenForeignExpiryThen409],
+    ));
+    let mut extra = json!({"catalog": {"url": proxy.url}, "namespace": "committer",
+        "table": table, "schema_evolution": {"enabled": true, "schema": schema()}});
+    if exactly_once {
+        extra["commit"] = json!({"exactly_once": {"writer_id": "w"}});
+    }
+    let writer = rt.block_on(Writer::open(rest_config(extra))).unwrap();
+    let texts = rows(0, 10);
+    let msgs = positioned(&texts, "events/0", 0);
+    let mut calls = 0;
+    while calls < 3 {
+        calls += 1;
+        match rt.block_on(writer.write_batch(&msgs)) {
+            Ok(out) if out.failures.iter().all(Option::is_none) => break,
+            Ok(out) => println!("call {calls}: {:?}", out.failures),
+            Err(e) => println!("call {calls}: {e}"),
+        }
+    }
+    assert_eq!(proxy.injected.load(Ordering::SeqCst), 1);
+    (ids_read_back(&format!("committer.{table}")), calls)
+}
+
+/// Attack on the commit path: the catalog applied a commit but the answer was a
+/// "definite" 409, and before floe looked, another tool committed on top and expired
+/// floe's snapshot. With exactly-once, the retry found its offsets recorded, took that
+/// for another process's commit and deleted the data files the table references.
+#[test]
+fn an_applied_commit_expired_before_the_retry_keeps_its_files() {
+    let mut want: Vec<i64> = (0..10).collect();
+    want.push(FOREIGN_ID);
+    // The landed commit is found by its files: the first call is acknowledged.
+    assert_eq!(
+        commit_expired_behind_a_conflict("expired_applied_eo", true),
+        (want, 1)
+    );
+}
+
+/// The same without exactly-once: the retry could not find its expired commit and
+/// appended the rows a second time.
+#[test]
+fn an_applied_commit_expired_before_the_retry_is_not_appended_twice() {
+    let mut want: Vec<i64> = (0..10).collect();
+    want.push(FOREIGN_ID);
+    assert_eq!(
+        commit_expired_behind_a_conflict("expired_applied", false),
+        (want, 1)
+    );
 }
 
 /// Regression (reliability issue, item 8): the manifest lists of attempts the catalog

@@ -1608,6 +1608,13 @@ fn positional_refuses_v3_tables_clearly() {
 /// tool) fails the upsert as retryable, not as the messages' fault: a host retries
 /// instead of dead-lettering them, and once the file is back the upsert lands.
 fn unreadable_data_file_is_retryable(strategy: &str) {
+    upsert_over_an_unreadable_data_file(strategy, false);
+}
+
+/// An upsert over a table whose one data file is hidden (and, with `lost_metadata`, whose
+/// catalog points at metadata that cannot be read, as if another writer's upload were
+/// lost) fails retryably; once both are back it lands. Returns the failed call's error.
+fn upsert_over_an_unreadable_data_file(strategy: &str, lost_metadata: bool) -> floe::Error {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
     let config = embedded(
@@ -1623,6 +1630,19 @@ fn unreadable_data_file_is_retryable(strategy: &str) {
     assert_eq!(data.len(), 1, "{data:?}");
     let hidden = data[0].with_extension("hidden");
     std::fs::rename(&data[0], &hidden).unwrap();
+    let db = rusqlite::Connection::open(dir.path().join("wh/catalog.db")).unwrap();
+    let location: String = db
+        .query_row("SELECT metadata_location FROM iceberg_tables", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let point_at = |l: &str| {
+        db.execute("UPDATE iceberg_tables SET metadata_location = ?1", [l])
+            .unwrap()
+    };
+    if lost_metadata {
+        point_at(&location.replace(".metadata.json", "-missing.metadata.json"));
+    }
     let m = [Message {
         operation: Some("upsert"),
         ..Message::insert(br#"{"tenant":"t","id":1,"v":"b"}"#)
@@ -1632,11 +1652,22 @@ fn unreadable_data_file_is_retryable(strategy: &str) {
         Ok(out) => out.failures[0].clone().expect("the upsert cannot land"),
     };
     assert!(e.kind().is_retryable(), "{:?}: {e}", e.kind());
+    point_at(&location);
     std::fs::rename(&hidden, &data[0]).unwrap();
     call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
     let mut model = Model::new();
     model.insert(("t".into(), 1), vec!["b".into()]);
     assert_eq!(scanned(&rt, &w, &config), expected(&model));
+    e
+}
+
+/// Attack on the commit path: a plan that failed before any request was sent, then a
+/// reload that failed too, was reported as "commit state unknown" (and its files kept),
+/// though no commit could have landed. Nothing was sent: the error is the reload's.
+#[test]
+fn a_failed_reload_before_any_commit_request_is_not_an_unknown_outcome() {
+    let e = upsert_over_an_unreadable_data_file("copy-on-write", true);
+    assert_ne!(e.kind(), floe::ErrorKind::CommitStateUnknown, "{e}");
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

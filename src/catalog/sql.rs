@@ -131,8 +131,18 @@ impl SqlCatalog {
             .insert(ident.clone(), (location.to_string(), metadata.clone()));
     }
 
+    /// A file the catalog points at that cannot be read is a storage problem (an outage,
+    /// a lost upload) that may pass: retryable, not the messages' fault.
     async fn read_metadata(&self, location: &str) -> Result<TableMetadata> {
-        let bytes = self.file_io.new_input(location)?.read().await?;
+        let bytes = match self.file_io.new_input(location)?.read().await {
+            Ok(b) => b,
+            Err(e) => {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("could not read table metadata {location}: {e:#}"),
+                ));
+            }
+        };
         serde_json::from_slice(&bytes)
             .map_err(|e| Error::internal(format!("table metadata {location} is not valid: {e}")))
     }

@@ -8,11 +8,13 @@
 //! - [`staging`]: small data files, manifest and manifest list encoded in memory and
 //!   uploaded side by side, one storage round trip per commit instead of three.
 //! - [`merge`] and [`expire`]: bounded metadata over long runs.
+//! - [`landed`]: whether an attempt whose snapshot was since expired landed.
 //! - [`offsets`]: exactly-once bookkeeping recorded in snapshot summaries.
 //! - [`manifest_cache`]: manifests read once per writer for upserts' key lookups.
 
 pub mod committer;
 pub mod expire;
+pub mod landed;
 pub mod manifest_cache;
 pub mod merge;
 pub mod offsets;

@@ -228,6 +228,15 @@ pub fn record_value(offsets: &SourceOffsets, snapshot_id: i64, sequence_number: 
     serde_json::to_string(&record).expect("serializable")
 }
 
+/// The snapshot that last wrote `writer_id`'s record: a commit that landed, even if its
+/// snapshot was since expired or its files compacted away.
+pub fn record_snapshot_id(metadata: &TableMetadata, writer_id: &str) -> Option<i64> {
+    let value = metadata.properties().get(&property_key(writer_id))?;
+    serde_json::from_str::<StoredRecord>(value)
+        .ok()
+        .map(|r| r.snapshot_id)
+}
+
 /// The offsets `writer_id` has committed on the main branch.
 ///
 /// Fails (rather than answer "nothing") when the table was rolled back behind the

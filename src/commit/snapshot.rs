@@ -144,7 +144,7 @@ fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
 }
 
 /// The manifests of the table's current snapshot, to carry forward.
-async fn current_manifests(
+pub(crate) async fn current_manifests(
     metadata: &TableMetadata,
     file_io: &FileIO,
     cached: Option<&ManifestListCache>,

@@ -2,7 +2,7 @@
 //! retrying conflicts and unknown outcomes on the new head, expiring old snapshots.
 
 use crate::sync::LockExt;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,8 +15,9 @@ use super::schedule::Pace;
 use super::{Committed, CommitterOptions, EncodedGroup, Ledger, TableView, fail_all, finish};
 use crate::catalog::{Catalog, LoadedTable};
 use crate::commit::expire::{delete_unreachable, expired_refs, expired_snapshots, removal_request};
+use crate::commit::landed::{SentAttempt, find_landed, history_lost};
 use crate::commit::manifest_cache::ManifestCache;
-use crate::commit::offsets::{SourceOffsets, committed_offsets};
+use crate::commit::offsets::{SourceOffsets, committed_offsets, record_snapshot_id};
 use crate::commit::snapshot::{
     Attempt, Cached, ManifestListCache, Rebase, SnapshotChanges, find_commit, prepare_snapshot,
 };
@@ -87,6 +88,20 @@ impl Drop for RoundRunning {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
     }
+}
+
+/// How often a failed look for an earlier attempt is tried again before the outcome is
+/// reported unknown.
+const LOOK_RETRIES: u32 = 3;
+
+/// What a look for this commit's earlier attempts found.
+enum Look {
+    Landed(i64),
+    /// Not in the table. `history_lost`: part of the table's history the attempts could
+    /// be in was expired (their files were looked for instead).
+    Absent {
+        history_lost: bool,
+    },
 }
 
 /// How a commit attempt sequence ended.
@@ -345,6 +360,8 @@ impl CommitStage {
         let mut rebase: Option<Rebase> = None;
         let (mut conflicts, mut transient) = (0u32, 0u32);
         let mut rejected_once = false;
+        // Attempts whose request was sent: any of them may have landed, whatever the answer.
+        let mut sent: Vec<SentAttempt> = Vec::new();
         let done = |result: Result<i64>, maybe_committed: bool, written| Outcome {
             // Whatever failed later, an attempt that may have landed leaves the rows'
             // fate unknown: a caller told "retry" could append them twice.
@@ -372,22 +389,24 @@ impl CommitStage {
         };
         for attempt in 0u32.. {
             if let Some(previous) = &last_error {
-                let fresh = match self.reload().await {
-                    Ok(t) => t,
-                    // Cannot look. Even a "definite" refusal may come from a proxy that
-                    // re-sent an applied commit, so until a reload shows the commit id
-                    // absent, the attempt may have landed: its files stay.
+                // Cannot look. Even a "definite" refusal may come from a proxy that re-sent
+                // an applied commit, so until a look shows the commit absent, a sent
+                // attempt may have landed: its files stay.
+                let look = match self.look_for_attempt(changes, &sent, &written).await {
+                    Ok(look) => look,
                     Err(e) => {
-                        let e = e.context(format!("{previous}; then reloading {ident}"));
-                        return done(Err(e), true, written);
+                        let e = e.context(format!("{previous}; then looking for it in {ident}"));
+                        return done(Err(e), maybe_committed || !sent.is_empty(), written);
                     }
                 };
-                let found = find_commit(&fresh.metadata, changes.commit_id);
-                self.publish(fresh);
-                // Found: the attempt that landed may be one answered as refused (a proxy
-                // that replayed the POST got the refusal), so nothing is deleted.
-                if let Some(snapshot_id) = found {
-                    return done(Ok(snapshot_id), true, written);
+                match look {
+                    // The attempt that landed may be one answered as refused (a proxy that
+                    // replayed the POST got the refusal), so nothing is deleted.
+                    Look::Landed(snapshot_id) => return done(Ok(snapshot_id), true, written),
+                    // Its snapshot id may have been used by an attempt that landed and was
+                    // expired: the next attempt takes a fresh one.
+                    Look::Absent { history_lost: true } => rebase = None,
+                    Look::Absent { .. } => {}
                 }
                 let give_up = match previous.kind() {
                     ErrorKind::Conflict => started.elapsed() >= self.options.retry_timeout,
@@ -456,6 +475,11 @@ impl CommitStage {
             }
             let snapshot_id = prepared.snapshot_id;
             let list = prepared.manifest_list;
+            sent.push(SentAttempt {
+                snapshot_id: prepared.snapshot_id,
+                parent: view.table.metadata.current_snapshot_id(),
+                sequence_number: view.table.metadata.next_sequence_number(),
+            });
             let t1 = Instant::now();
             let answer = self
                 .catalog
@@ -531,6 +555,88 @@ impl CommitStage {
             started.elapsed()
         ));
         done(Err(e), maybe_committed, written)
+    }
+
+    /// Reloads the table and looks for a sent attempt in it (see [`Self::find_attempt`]),
+    /// publishing the head. A look that fails (a manifest just removed by another
+    /// tool's expiry, a storage hiccup) is tried again on a fresh head a few times.
+    async fn look_for_attempt(
+        &self,
+        changes: &SnapshotChanges,
+        sent: &[SentAttempt],
+        written: &[String],
+    ) -> Result<Look> {
+        let mut tries = 0;
+        loop {
+            let fresh = self.reload().await?;
+            let look = self.find_attempt(&fresh, changes, sent, written).await;
+            self.publish(fresh);
+            match look {
+                Err(e) if tries < LOOK_RETRIES => {
+                    tries += 1;
+                    tracing::debug!("looking for commit {}: {e}", changes.commit_id);
+                    tokio::time::sleep(backoff(tries)).await;
+                }
+                look => return look,
+            }
+        }
+    }
+
+    /// Whether one of this commit's sent attempts landed: found by commit id; by the
+    /// exactly-once record naming one of its snapshots; or, when the table lost that part
+    /// of its history (another tool expired it), by the commit's own files in the
+    /// table's current manifests.
+    async fn find_attempt(
+        &self,
+        fresh: &LoadedTable,
+        changes: &SnapshotChanges,
+        sent: &[SentAttempt],
+        written: &[String],
+    ) -> Result<Look> {
+        if let Some(id) = find_commit(&fresh.metadata, changes.commit_id) {
+            return Ok(Look::Landed(id));
+        }
+        let recorded = changes
+            .offsets
+            .as_ref()
+            .and_then(|(writer_id, _)| record_snapshot_id(&fresh.metadata, writer_id))
+            .filter(|id| sent.iter().any(|a| a.snapshot_id == *id));
+        let found = match recorded {
+            Some(id) => Some(id),
+            None if !history_lost(&fresh.metadata, sent) => {
+                return Ok(Look::Absent {
+                    history_lost: false,
+                });
+            }
+            None => {
+                let own: HashSet<&str> = changes
+                    .data_files
+                    .iter()
+                    .chain(&changes.delete_files)
+                    .map(|f| f.file_path())
+                    .chain(written.iter().map(String::as_str))
+                    .collect();
+                find_landed(
+                    &fresh.metadata,
+                    &self.current().file_io,
+                    (self.manifest_list.as_ref(), &self.manifests),
+                    sent,
+                    &own,
+                )
+                .await?
+            }
+        };
+        Ok(match found {
+            Some(id) => {
+                tracing::info!(
+                    "commit {} to {} landed as snapshot {id}, since expired by another writer",
+                    changes.commit_id,
+                    fresh.ident
+                );
+                Look::Landed(id)
+            }
+            None => Look::Absent { history_lost: true },
+        })
     }
 
     /// Deletes files no snapshot references (of attempts the catalog refused). Failures
