@@ -16,6 +16,11 @@
 //! - `commit`: `--commits` calls of 10 rows each through `Writer::write_batch`, one at a
 //!   time, so each is a snapshot of its own: shred + encode + manifests + catalog. Each
 //!   run starts a fresh table.
+//! - `write`: `--write-batches` calls of `--write-rows` events through
+//!   `Writer::write_batch` into a fresh table (shred + encode + commit), and
+//!   `write-evolving`: the same, but every `--evolve-every` calls the events gain a field
+//!   the table lacks, so the writer evolves the schema (one schema commit) and shreds
+//!   that call again. Their ratio is the cost of schema evolution at that rate.
 //!
 //! Every run executes the stages in a rotated order (so a machine that drifts in speed
 //! does not favour one), after one warm-up run. Each observation is a JSON line
@@ -29,7 +34,7 @@ use std::time::Instant;
 use arrow_array::RecordBatch;
 use floe::catalog::{LoadedTable, table_ident};
 use floe::config::{Config, ParquetConfig};
-use floe::shred::{DecodeOptions, EpochUnit, Shredder};
+use floe::shred::{DecodeOptions, EpochUnit, Shredder, UnknownFields};
 use floe::storage::build_file_io;
 use floe::write::{FileSettings, file_settings, write_data_files};
 use floe::writer::{Message, Writer};
@@ -40,13 +45,23 @@ use support::{bench_event, bench_schema};
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-const STAGES: [&str; 4] = ["shred", "arrow-json", "encode", "commit"];
+const STAGES: [&str; 6] = [
+    "shred",
+    "arrow-json",
+    "encode",
+    "commit",
+    "write",
+    "write-evolving",
+];
 
 struct Args {
     rows: usize,
     batch: usize,
     runs: usize,
     commits: usize,
+    write_batches: usize,
+    write_rows: usize,
+    evolve_every: usize,
     save: PathBuf,
     baseline: Option<PathBuf>,
 }
@@ -68,6 +83,9 @@ fn parse_args() -> Args {
         batch: number("--batch", 10_000),
         runs: number("--runs", if smoke { 1 } else { 5 }),
         commits: number("--commits", if smoke { 5 } else { 200 }),
+        write_batches: number("--write-batches", if smoke { 4 } else { 300 }),
+        write_rows: number("--write-rows", if smoke { 10 } else { 1_000 }),
+        evolve_every: number("--evolve-every", if smoke { 2 } else { 100 }),
         save: value("--save")
             .map(PathBuf::from)
             .unwrap_or_else(|| target.join(if smoke { "smoke.jsonl" } else { "latest.jsonl" })),
@@ -109,6 +127,11 @@ struct Bench {
     /// Shredded batches from the last `shred` run, the input of `encode`.
     shredded: Vec<RecordBatch>,
     commit_table: String,
+    /// The calls of the next `write` or `write-evolving` run (made untimed).
+    write_calls: Vec<Vec<String>>,
+    write_batches: usize,
+    write_rows: usize,
+    evolve_every: usize,
 }
 
 impl Bench {
@@ -147,6 +170,7 @@ impl Bench {
         let options = DecodeOptions {
             epoch_unit: EpochUnit::Ms,
             case_sensitive: true,
+            unknown_fields: UnknownFields::Reject,
         };
         let shredder = Shredder::new(table.metadata.current_schema().clone(), options).unwrap();
         Bench {
@@ -162,6 +186,10 @@ impl Bench {
             encoded: Vec::new(),
             shredded: Vec::new(),
             commit_table: String::new(),
+            write_calls: Vec::new(),
+            write_batches: args.write_batches,
+            write_rows: args.write_rows,
+            evolve_every: args.evolve_every,
         }
     }
 
@@ -171,6 +199,7 @@ impl Bench {
             "arrow-json" => self.arrow_json(),
             "encode" => self.encode(),
             "commit" => self.commit(),
+            "write" | "write-evolving" => self.write(),
             _ => unreachable!("unknown stage {stage}"),
         }
     }
@@ -237,8 +266,37 @@ impl Bench {
                 self.commit_table = format!("commit_{run}");
                 self.write_to_commit_table(0);
             }
+            "write" | "write-evolving" => {
+                self.commit_table = format!("{}_{run}", stage.replace('-', "_"));
+                self.write_calls = self.write_calls(stage == "write-evolving");
+            }
             _ => {}
         }
+    }
+
+    /// `write_batches` calls of `write_rows` events; evolving, the events of call `b`
+    /// also carry fields `x1`…`x{b / evolve_every}`, one more every `evolve_every` calls.
+    fn write_calls(&self, evolving: bool) -> Vec<Vec<String>> {
+        let mut events = self.events.iter().cycle();
+        (0..self.write_batches)
+            .map(|b| {
+                let added = if evolving { b / self.evolve_every } else { 0 };
+                let extra: String = (1..=added).map(|x| format!(r#","x{x}":{x}"#)).collect();
+                (0..self.write_rows)
+                    .map(|_| {
+                        let e = events.next().expect("cycled");
+                        format!("{}{extra}}}", &e[..e.len() - 1])
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn write(&mut self) -> usize {
+        let calls = std::mem::take(&mut self.write_calls);
+        let rows = calls.iter().map(|call| self.write_call(call)).sum();
+        self.write_calls = calls;
+        rows
     }
 
     fn commit(&mut self) -> usize {
@@ -249,7 +307,12 @@ impl Bench {
     }
 
     fn write_to_commit_table(&self, k: usize) {
-        let msgs: Vec<Message> = self.events[k * 10 % (self.events.len() - 10)..][..10]
+        self.write_call(&self.events[k * 10 % (self.events.len() - 10)..][..10]);
+    }
+
+    /// One write call of `events` into the commit table; every row must be written.
+    fn write_call(&self, events: &[String]) -> usize {
+        let msgs: Vec<Message> = events
             .iter()
             .map(|e| Message {
                 table: Some(&self.commit_table),
@@ -265,6 +328,7 @@ impl Bench {
             "{:?}",
             out.failures
         );
+        out.rows_committed
     }
 }
 
@@ -365,15 +429,19 @@ fn main() {
         } else {
             "rows/s"
         };
-        let mut line = format!("{stage:>11}: {med:>12.0} {unit:<9} [{lo:.0}–{hi:.0}]");
+        let mut line = format!("{stage:>14}: {med:>12.0} {unit:<9} [{lo:.0}–{hi:.0}]");
         if let Some((base, _, _)) = baseline.as_ref().and_then(|b| b.get(stage)) {
             line += &format!("   {:.2}× baseline ({base:.0})", med / base);
         }
         println!("{line}");
     }
     println!(
-        "floe shred / arrow-json: {:.2}×; saved to {}",
+        "floe shred / arrow-json: {:.2}×; write-evolving / write: {:.3}× (a schema change \
+         every {} calls of {} rows); saved to {}",
         now["shred"].0 / now["arrow-json"].0,
+        now["write-evolving"].0 / now["write"].0,
+        args.evolve_every,
+        args.write_rows,
         args.save.display()
     );
 }

@@ -236,15 +236,35 @@ impl std::fmt::Debug for S3Config {
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct SchemaEvolution {
-    /// Create the namespace and table when missing. (Adding columns is a later feature.)
+    /// Create the namespace and table when missing, and evolve its schema on write: new
+    /// fields become optional columns (at any depth), required fields become optional
+    /// when a message has them null, and types widen where Iceberg allows and a value
+    /// needs it (see `crate::evolve`).
     #[serde(default)]
     pub enabled: bool,
+    /// Without evolution: what a JSON field that is not a column does to its message.
+    #[serde(default)]
+    pub unknown_fields: UnknownFieldPolicy,
     /// Partition spec for new tables, e.g. `(day(ts), bucket(16, user_id))`.
     pub partition_spec: Option<String>,
     /// Location prefix for new tables when the catalog assigns none.
     pub table_location: Option<String>,
     /// Explicit schema for new tables (Iceberg schema JSON); inferred when absent.
     pub schema: Option<serde_json::Value>,
+}
+
+/// What a field that is not a column does when schema evolution is off.
+///
+/// `error` is the default: the message fails with an error naming the field, so a
+/// producer that starts sending a new field is noticed (the message goes to the dead
+/// letters or is retried) instead of the field being dropped without a trace. `ignore`
+/// writes the rest of the message, for tables that deliberately keep a subset.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownFieldPolicy {
+    #[default]
+    Error,
+    Ignore,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

@@ -23,6 +23,9 @@ pub enum ErrorKind {
     Unavailable,
     /// The catalog or storage refused the request (auth, validation, bad request).
     Rejected,
+    /// The table's schema or partition spec changed after the rows were shredded: they
+    /// must be shredded again (the writer does so itself; retryable if it reaches a caller).
+    SchemaChanged,
     /// The operation was cancelled by the caller.
     Cancelled,
     /// A bug or an unexpected state in floe or a dependency.
@@ -34,7 +37,10 @@ impl ErrorKind {
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
-            ErrorKind::Conflict | ErrorKind::Unavailable | ErrorKind::CommitStateUnknown
+            ErrorKind::Conflict
+                | ErrorKind::Unavailable
+                | ErrorKind::CommitStateUnknown
+                | ErrorKind::SchemaChanged
         )
     }
 }

@@ -1,7 +1,8 @@
 //! floe: stream JSON message batches into Apache Iceberg tables.
 //!
 //! The pipeline, one module per stage: [`shred`] turns JSON into Arrow, `write` turns
-//! Arrow into Parquet data files, `commit` produces snapshots, `catalog` publishes them.
+//! Arrow into Parquet data files, `commit` produces snapshots, `catalog` publishes them;
+//! `evolve` adds what new messages need to a table's schema.
 
 pub mod config;
 pub mod error;
@@ -11,6 +12,7 @@ pub mod shred;
 pub use error::{Error, ErrorKind, Result};
 pub mod catalog;
 pub mod commit;
+pub mod evolve;
 pub mod ffi;
 pub mod partition_spec;
 pub mod rowops;

@@ -26,10 +26,11 @@ use crate::commit::committer::{
     Claim, CommitterOptions, Submission, TableCommitter, TableView, Verdict,
 };
 use crate::commit::offsets::SourceOffsets;
-use crate::config::{CatalogKind, Config, MergeStrategy};
+use crate::config::{CatalogKind, Config, MergeStrategy, UnknownFieldPolicy};
 use crate::error::{Error, ErrorKind, Result};
+use crate::evolve;
 use crate::partition_spec::parse_partition_spec;
-use crate::shred::{DecodeOptions, MessageError, Shredder};
+use crate::shred::{DecodeOptions, MessageError, Shredder, UnknownFields};
 use crate::stats::StatsSnapshot;
 use crate::storage::{build_file_io, file_io_props, location_url};
 
@@ -75,7 +76,16 @@ struct TableHandle {
     /// Idle shredders, all for `schema_id`; a call takes one (or builds one) and puts it
     /// back, so concurrent calls shred in parallel without rebuilding decoders.
     shredders: Mutex<(i32, Vec<Shredder>)>,
+    /// Held while a call evolves the table's schema: concurrent calls needing the same
+    /// columns wait and find them added instead of racing to add them.
+    evolving: tokio::sync::Mutex<()>,
 }
+
+/// How often one call shreds its messages again after the table's schema changed
+/// under it (by its own evolution or another writer's), before it writes them with the
+/// errors the last schema gave. Every time means the schema changed: many writers adding
+/// columns at once may move it under one call many times, but not for ever.
+const MAX_RESHREDS: u32 = 50;
 
 type TableSlot = Arc<tokio::sync::Mutex<Option<Arc<TableHandle>>>>;
 
@@ -285,10 +295,23 @@ impl Writer {
                 }
                 _ => e,
             })?;
-        let (claim, plan) = self.plan_exactly_once(&handle, messages, idx);
-        let result = self
-            .shred_and_submit(&handle, claim, messages, idx, &plan)
-            .await;
+        // Rows shredded for a schema that changed before they were committed are
+        // shredded again (nothing of them was committed).
+        let mut reshreds = 0;
+        let (result, plan) = loop {
+            let (claim, plan) = self.plan_exactly_once(&handle, messages, idx);
+            let may_evolve = reshreds < MAX_RESHREDS;
+            let result = self
+                .shred_and_submit(&handle, claim, messages, idx, &plan, may_evolve)
+                .await;
+            match result {
+                Err(e) if e.kind() == ErrorKind::SchemaChanged && reshreds < MAX_RESHREDS => {
+                    tracing::debug!("shredding again for {ident}: {e}");
+                    reshreds += 1;
+                }
+                result => break (result, plan),
+            }
+        };
         if let Err(e) = &result
             && (e.kind() == ErrorKind::NotFound || handle.committer.is_stopped())
         {
@@ -369,6 +392,7 @@ impl Writer {
         messages: &[Message<'_>],
         idx: &[usize],
         plan: &WritePlan,
+        may_evolve: bool,
     ) -> Result<GroupResult> {
         let view = handle.committer.view();
         let schema_id = view.schema_id();
@@ -388,10 +412,41 @@ impl Writer {
         let mut shredder = self.take_shredder(handle, &view)?;
         let mut rows = shred_guarded(&mut shredder, messages, idx, &rows_at)?;
         self.return_shredder(handle, schema_id, shredder);
+        if may_evolve && self.config.schema_evolution.enabled && !rows.field_failures.is_empty() {
+            let payloads = rows
+                .field_failures
+                .iter()
+                .map(|&pos| messages[idx[pos]].payload);
+            match self.evolve(handle, &view, payloads).await {
+                Ok(()) => {}
+                Err(e) if e.kind().is_retryable() || e.kind() == ErrorKind::NotFound => {
+                    return Err(e);
+                }
+                // The catalog refused the change (a name it does not allow, no right to
+                // alter the table): those messages fail saying so; the rest are written.
+                Err(e) => {
+                    for (pos, error) in rows.failures.iter_mut() {
+                        if rows.field_failures.contains(pos) {
+                            *error = Error::new(
+                                ErrorKind::Data,
+                                format!(
+                                    "{error}; the table's schema could not be evolved for it: {e}"
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
         failures.append(&mut rows.failures);
         let deleted = match (&view.keys, deletes_at.is_empty()) {
             (Some(keys), false) => {
-                let mut key_shredder = Shredder::new(keys.schema.clone(), self.decode_options())?;
+                // Deletes need only the key: their other fields are never columns' business.
+                let options = DecodeOptions {
+                    unknown_fields: UnknownFields::Ignore,
+                    ..self.decode_options()
+                };
+                let mut key_shredder = Shredder::new(keys.schema.clone(), options)?;
                 let mut deleted = shred_guarded(&mut key_shredder, messages, idx, &deletes_at)?;
                 failures.append(&mut deleted.failures);
                 Some(deleted)
@@ -481,6 +536,41 @@ impl Writer {
         })
     }
 
+    /// Schema evolution for messages that failed to shred against the view's schema:
+    /// when the schema can change to hold them, it is changed (or found changed by
+    /// another writer) and the call fails with `SchemaChanged`, to shred again.
+    /// Otherwise the messages keep their errors.
+    async fn evolve<'m>(
+        &self,
+        handle: &TableHandle,
+        view: &TableView,
+        payloads: impl Iterator<Item = &'m [u8]>,
+    ) -> Result<()> {
+        let values: Vec<serde_json::Value> = payloads
+            .filter_map(|p| serde_json::from_slice(p).ok())
+            .collect();
+        let matching = evolve::Matching {
+            case_sensitive: self.config.case_sensitive_columns,
+            key: &self.config.identifier_fields,
+        };
+        if evolve::plan_for(&view.table, &values, matching)?.is_none() {
+            return Ok(());
+        }
+        let _one_at_a_time = handle.evolving.lock().await;
+        // Another call may have evolved the table (enough) while this one waited.
+        let latest = handle.committer.view();
+        if evolve::plan_for(&latest.table, &values, matching)?.is_some() {
+            let ident = &view.table.ident;
+            let table =
+                evolve::evolve_table(self.catalog.as_ref(), ident, &values, matching).await?;
+            handle.committer.adopt(table);
+        }
+        Err(Error::new(
+            ErrorKind::SchemaChanged,
+            "the table's schema was evolved for this batch",
+        ))
+    }
+
     fn return_shredder(&self, handle: &TableHandle, schema_id: i32, shredder: Shredder) {
         let mut pool = handle.shredders.locked();
         if pool.0 == schema_id {
@@ -507,9 +597,16 @@ impl Writer {
     }
 
     fn decode_options(&self) -> DecodeOptions {
+        let evolution = &self.config.schema_evolution;
         DecodeOptions {
             epoch_unit: self.config.json.epoch_unit,
             case_sensitive: self.config.case_sensitive_columns,
+            // With evolution, a new field fails its message until it is a column.
+            unknown_fields: match evolution.unknown_fields {
+                _ if evolution.enabled => UnknownFields::Reject,
+                UnknownFieldPolicy::Error => UnknownFields::Reject,
+                UnknownFieldPolicy::Ignore => UnknownFields::Ignore,
+            },
         }
     }
     async fn open_table<'m>(
@@ -544,6 +641,7 @@ impl Writer {
         Ok(TableHandle {
             committer: TableCommitter::start(self.catalog.clone(), view, self.options.clone())?,
             shredders: Mutex::new((schema_id, vec![shredder])),
+            evolving: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -559,8 +657,10 @@ impl Writer {
                     "schema_evolution.schema is not an Iceberg schema: {e}"
                 ))
             })?,
-            None => crate::shred::infer::infer_schema(sample)
-                .map_err(|e| Error::new(ErrorKind::Data, format!("cannot create {ident}: {e}")))?,
+            None => crate::shred::infer::infer_schema(sample, self.config.case_sensitive_columns)
+                .map_err(|e| {
+                Error::new(ErrorKind::Data, format!("cannot create {ident}: {e}"))
+            })?,
         };
         // Tables floe creates register the key: readers (and later writers) find it there.
         let schema = with_identifier_fields(schema, &self.config.identifier_fields)?;
@@ -681,6 +781,9 @@ struct Shredded {
     /// For each row of `batch`, the position (within the group) of its message.
     positions: Vec<usize>,
     failures: Vec<(usize, Error)>,
+    /// Positions of the failures at a field (not the whole message): schema evolution
+    /// may make them fit.
+    field_failures: Vec<usize>,
 }
 
 /// Shreds the messages at `positions` (within the group `idx`); a shredder panic fails
@@ -697,6 +800,7 @@ fn shred_guarded(
             batch: None,
             positions: Vec::new(),
             failures: Vec::new(),
+            field_failures: Vec::new(),
         });
     }
     let payloads = positions.iter().map(|&pos| messages[idx[pos]].payload);
@@ -709,6 +813,12 @@ fn shred_guarded(
             "the shredder panicked on this batch (please report it); its state was discarded",
         )
     })?;
+    let field_failures = shredded
+        .errors
+        .iter()
+        .filter(|e| !e.path.is_empty())
+        .map(|e| positions[e.index])
+        .collect();
     let failures = shredded
         .errors
         .into_iter()
@@ -726,6 +836,7 @@ fn shred_guarded(
         batch: shredded.batch,
         positions: shredded.row_sources.iter().map(|&r| positions[r]).collect(),
         failures,
+        field_failures,
     })
 }
 

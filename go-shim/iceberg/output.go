@@ -91,7 +91,8 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewAnyField("azure_blob_storage").Optional(),
 			).Default(map[string]any{}),
 			service.NewObjectField(fEvolution,
-				service.NewBoolField("enabled").Default(false),
+				service.NewBoolField("enabled").Default(false).Description("Create the namespace and table when missing, and evolve the schema on write: new fields become optional columns at any depth (struct fields, list elements, map values), a null in a required column makes it optional (never an identifier field), and int → long, float → double and decimal precision widen when a value needs it. One schema update per change, before the data that needs it; concurrent writers converge."),
+				service.NewStringEnumField("unknown_fields", "error", "ignore").Optional().Description("Without evolution: what a JSON field that is not a column does. `error` (the default) fails the message with an error naming the field, so a new field is noticed rather than dropped without a trace; `ignore` writes the rest of the message. Fields holding no data (`null`, `[]`, `{}`) are skipped either way."),
 				service.NewStringField("partition_spec").Default(""),
 				service.NewStringField("table_location").Default(""),
 				service.NewAnyField("schema_metadata").Optional(),
@@ -703,6 +704,7 @@ func toRustConfig(conf *service.ParsedConfig) ([]byte, error) {
 	if b, _ := conf.FieldBool(fEvolution, "enabled"); b {
 		evo["enabled"] = true
 	}
+	setIf(evo, "unknown_fields", str(fEvolution, "unknown_fields"))
 	setIf(evo, "partition_spec", str(fEvolution, "partition_spec"))
 	setIf(evo, "table_location", str(fEvolution, "table_location"))
 	out[fEvolution] = evo

@@ -232,6 +232,8 @@ storage:
 parquet:
   compression: zstd
   compression_level: 3
+schema_evolution:
+  unknown_fields: ignore
 `, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -251,6 +253,9 @@ parquet:
 	}
 	if got["parquet"].(map[string]any)["compression_level"] != float64(3) {
 		t.Fatalf("parquet not mapped: %s", raw)
+	}
+	if got["schema_evolution"].(map[string]any)["unknown_fields"] != "ignore" {
+		t.Fatalf("schema_evolution.unknown_fields not mapped: %s", raw)
 	}
 }
 

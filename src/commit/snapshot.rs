@@ -453,12 +453,12 @@ async fn build_snapshot(
             ),
         ));
     }
-    if metadata.current_schema_id() != files.schema_id
+    if !crate::evolve::compatible(metadata, files.schema_id)
         || metadata.default_partition_spec_id() != files.spec_id
     {
         return Err(Error::new(
-            ErrorKind::Unavailable,
-            "the table's schema or partition spec changed while the batch was written; it will be rewritten",
+            ErrorKind::SchemaChanged,
+            "the table's schema or partition spec changed while the batch was written",
         ));
     }
     let reused = rebase.filter(|r| metadata.snapshot_by_id(r.snapshot_id).is_none());
@@ -644,8 +644,10 @@ async fn build_snapshot(
                 r#ref: MAIN_BRANCH.to_string(),
                 snapshot_id: parent,
             },
+            // The schema the snapshot is made under: the files' own, or one evolved from
+            // it since (see `evolve::compatible`).
             TableRequirement::CurrentSchemaIdMatch {
-                current_schema_id: files.schema_id,
+                current_schema_id: metadata.current_schema_id(),
             },
             TableRequirement::DefaultSpecIdMatch {
                 default_spec_id: files.spec_id,

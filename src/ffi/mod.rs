@@ -56,7 +56,7 @@ impl From<ErrorKind> for FloeStatus {
             ErrorKind::NotFound => FloeStatus::NotFound,
             ErrorKind::Conflict => FloeStatus::Conflict,
             ErrorKind::CommitStateUnknown => FloeStatus::CommitStateUnknown,
-            ErrorKind::Unavailable => FloeStatus::Unavailable,
+            ErrorKind::Unavailable | ErrorKind::SchemaChanged => FloeStatus::Unavailable,
             ErrorKind::Rejected => FloeStatus::Rejected,
             ErrorKind::Cancelled => FloeStatus::Cancelled,
             _ => FloeStatus::Internal,

@@ -18,7 +18,8 @@ use iceberg::io::FileIO;
 use iceberg::spec::{FormatVersion, ManifestContentType, ManifestFile, TableMetadata};
 use uuid::Uuid;
 
-use super::lookup::{Hit, conform, has_live_files, open_data_file, unreadable};
+use super::conform::conform;
+use super::lookup::{Hit, has_live_files, open_data_file, unreadable};
 use super::removal::Removed;
 use crate::commit::merge::rewrite as rewrite_manifest;
 use crate::error::{Error, Result};

@@ -5,12 +5,12 @@
 //! Column bounds prune the files first (for key types whose bounds compare by value);
 //! each remaining file is then read by its key columns only, streamed a batch at a time.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow_array::{Array, ArrayRef, RecordBatch, new_null_array};
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_row::{Row, RowConverter};
-use arrow_schema::{DataType, SchemaRef};
+use arrow_schema::DataType;
 use futures::TryStreamExt;
 use iceberg::arrow::ArrowFileReader;
 use iceberg::io::{FileIO, FileMetadata};
@@ -20,6 +20,7 @@ use iceberg::spec::{
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
+use super::conform::conform;
 use super::keys::KeyColumns;
 use crate::commit::manifest_cache::ManifestCache;
 use crate::error::{Error, ErrorKind, Result};
@@ -229,57 +230,6 @@ async fn touched_positions(
 /// Whether a delete manifest still lists live files.
 pub fn has_live_files(m: &ManifestFile) -> bool {
     m.added_files_count.unwrap_or(1) > 0 || m.existing_files_count.unwrap_or(1) > 0
-}
-
-/// `batch` (as read from a file) in `target`'s shape, matching columns by field id:
-/// columns the file lacks (added later) are null, types are cast where they differ.
-pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
-    let by_id: HashMap<&str, usize> = batch
-        .schema_ref()
-        .fields()
-        .iter()
-        .enumerate()
-        .filter_map(|(i, f)| {
-            f.metadata()
-                .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
-                .map(|id| (id.as_str(), i))
-        })
-        .collect();
-    let columns = target
-        .fields()
-        .iter()
-        .map(|field| {
-            let id = field
-                .metadata()
-                .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
-                .map(String::as_str)
-                .unwrap_or_default();
-            let column: ArrayRef = match by_id.get(id) {
-                Some(&i) => {
-                    let column = batch.column(i);
-                    if column.data_type() == field.data_type() {
-                        column.clone()
-                    } else if column.data_type().is_nested() || field.data_type().is_nested() {
-                        // Casts match nested fields by name or position, never by field
-                        // id: a dropped and re-added field would take another's values.
-                        return Err(Error::config(format!(
-                            "copy-on-write cannot rewrite a data file whose nested column {} \
-                             differs from the table's (the schema changed since it was \
-                             written); compact the table first",
-                            field.name()
-                        )));
-                    } else {
-                        arrow_cast::cast(column, field.data_type())
-                            .map_err(|e| Error::internal(format!("column {}: {e}", field.name())))?
-                    }
-                }
-                None => new_null_array(field.data_type(), batch.num_rows()),
-            };
-            Ok(column)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    RecordBatch::try_new(target.clone(), columns)
-        .map_err(|e| Error::internal(format!("a data file does not fit the table schema: {e}")))
 }
 
 /// The smallest and largest touched value per key column, to skip files whose column

@@ -10,6 +10,7 @@
 //! key, or two spellings of one timestamp, are one key once shredded); [`resolve`] applies
 //! the order.
 
+pub mod conform;
 pub mod cow;
 pub mod keys;
 pub mod lookup;

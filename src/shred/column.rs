@@ -40,7 +40,24 @@ impl From<SyntaxError> for ValueError {
 pub struct DecodeOptions {
     pub epoch_unit: EpochUnit,
     pub case_sensitive: bool,
+    /// What a field that is not a column does to its message.
+    pub unknown_fields: UnknownFields,
 }
+
+/// What a JSON field that is not a column of the table does to its message. A field
+/// whose value holds no data (`null`, `[]`, `{}`, or only those nested) is skipped
+/// either way: nothing is lost, and it has no type to become a column with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownFields {
+    /// Skipped: the rest of the message is written.
+    Ignore,
+    /// The message fails with an error naming the field (with schema evolution, the
+    /// writer then adds the field as a column and shreds the message again).
+    Reject,
+}
+
+/// The reason given for a field that is not a column (see [`UnknownFields::Reject`]).
+pub const NOT_A_COLUMN: &str = "not a column of the table";
 
 /// One JSON scalar as the reader saw it.
 enum Token<'a> {
@@ -103,6 +120,9 @@ enum Data {
 }
 
 struct StructData {
+    /// Dotted path of the struct (empty at the top level).
+    path: String,
+    reject_unknown: bool,
     children: Vec<Column>,
     /// Each child's name as raw JSON key bytes, when it needs no escaping.
     plain_names: Vec<Option<Box<[u8]>>>,
@@ -672,6 +692,8 @@ impl StructData {
             })
             .collect();
         StructData {
+            path: path.to_string(),
+            reject_unknown: opts.unknown_fields == UnknownFields::Reject,
             plain_names,
             seen: vec![0; children.len()],
             children,
@@ -700,6 +722,7 @@ impl StructData {
         r.begin_object()?;
         let mut first = true;
         let mut previous = self.children.len();
+        let mut unknown: Option<String> = None;
         loop {
             let guess = self.successor[previous];
             let expected = self.plain_names.get(guess).and_then(Option::as_deref);
@@ -708,15 +731,20 @@ impl StructData {
                 Key::Expected => Some(guess),
                 Key::Other(key) => {
                     let found = self.lookup(key);
-                    if let Some(i) = found {
-                        self.successor[previous] = i;
+                    match found {
+                        Some(i) => self.successor[previous] = i,
+                        None if self.reject_unknown => unknown = Some(key.to_string()),
+                        None => {}
                     }
                     found
                 }
             };
             first = false;
             let Some(i) = index else {
-                r.skip_value()?;
+                match unknown.take() {
+                    Some(key) => self.reject_unknown_field(&key, r)?,
+                    None => r.skip_value()?,
+                }
                 continue;
             };
             if self.seen[i] == stamp {
@@ -738,6 +766,38 @@ impl StructData {
             }
         }
         Ok(())
+    }
+
+    /// Skips the value of `key`, which is not a column, failing the message when the
+    /// value holds data (see [`UnknownFields`]).
+    fn reject_unknown_field(&self, key: &str, r: &mut Reader<'_>) -> Result<(), ValueError> {
+        let raw = r.skip_value_raw()?;
+        let holds_data = serde_json::from_str::<serde_json::Value>(raw)
+            .map(|v| crate::shred::infer::holds_data(&v))
+            .unwrap_or(true);
+        if !holds_data {
+            return Ok(());
+        }
+        let lower = key.to_lowercase();
+        let twin = self
+            .by_name
+            .keys()
+            .find(|name| self.case_sensitive && name.to_lowercase() == lower);
+        let reason = match twin {
+            Some(twin) => format!(
+                "{NOT_A_COLUMN} (column `{twin}` differs only in case; set \
+                 case_sensitive_columns: false to write it there)"
+            ),
+            None => NOT_A_COLUMN.into(),
+        };
+        Err(ValueError::Field {
+            path: if self.path.is_empty() {
+                key.to_string()
+            } else {
+                format!("{}.{key}", self.path)
+            },
+            reason,
+        })
     }
 
     pub fn truncate(&mut self, len: usize) {

@@ -518,6 +518,16 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Skips one value of any kind, checking its syntax, and returns its text.
+    pub fn skip_value_raw(&mut self) -> Result<&'a str, SyntaxError> {
+        self.skip_ws();
+        let start = self.pos;
+        self.skip_value()?;
+        let bytes: &'a [u8] = self.bytes;
+        // Both ends are at value boundaries of valid UTF-8 input.
+        std::str::from_utf8(&bytes[start..self.pos]).map_err(|_| self.error("invalid UTF-8"))
+    }
+
     /// Skips one value of any kind, checking its syntax.
     pub fn skip_value(&mut self) -> Result<(), SyntaxError> {
         match self.peek()? {

@@ -16,7 +16,7 @@ use arrow_array::{RecordBatch, RecordBatchOptions};
 use arrow_schema::SchemaRef;
 use iceberg::spec::Schema;
 
-pub use column::DecodeOptions;
+pub use column::{DecodeOptions, NOT_A_COLUMN, UnknownFields};
 use column::{RowDecoder, ValueError};
 pub use convert::EpochUnit;
 pub use json::MAX_DEPTH;

@@ -16,6 +16,7 @@ fn opts() -> DecodeOptions {
     DecodeOptions {
         epoch_unit: EpochUnit::Ms,
         case_sensitive: true,
+        unknown_fields: UnknownFields::Ignore,
     }
 }
 
@@ -330,4 +331,50 @@ fn keys_in_any_order_land_in_their_columns() {
         .map(Option::unwrap)
         .collect();
     assert_eq!(strings, ["a", "b", "c", "d", "e"]);
+}
+
+#[test]
+fn unknown_fields_with_data_fail_their_message_when_rejected() {
+    let schema = Arc::new(
+        Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::optional(
+                    2,
+                    "o",
+                    Type::Struct(StructType::new(vec![
+                        NestedField::optional(3, "a", Type::Primitive(PrimitiveType::String))
+                            .into(),
+                    ])),
+                )
+                .into(),
+            ])
+            .build()
+            .unwrap(),
+    );
+    let reject = DecodeOptions {
+        unknown_fields: UnknownFields::Reject,
+        ..opts()
+    };
+    let mut s = Shredder::new(schema.clone(), reject).unwrap();
+    let out = s.shred([
+        br#"{"id": 1, "new": 5}"#.as_slice(),
+        br#"{"id": 2, "o": {"a": "x", "b": [1]}}"#,
+        br#"{"id": 3, "empty": null, "e2": [], "e3": {"x": [null, {}]}}"#,
+        br#"{"id": 4}"#,
+    ]);
+    let errors: Vec<(usize, &str, &str)> = out
+        .errors
+        .iter()
+        .map(|e| (e.index, e.path.as_str(), e.reason.as_str()))
+        .collect();
+    assert_eq!(
+        errors,
+        vec![(0, "new", NOT_A_COLUMN), (1, "o.b", NOT_A_COLUMN)],
+        "fields holding no data are skipped"
+    );
+    assert_eq!(out.row_sources, vec![2, 3]);
+    let mut ignoring = Shredder::new(schema, opts()).unwrap();
+    let out = ignoring.shred([br#"{"id": 1, "new": 5, "o": {"b": 1}}"#.as_slice()]);
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
 }

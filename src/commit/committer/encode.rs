@@ -70,8 +70,8 @@ pub(super) async fn encode_loop(
             .partition(|p| p.submission.schema_id == schema_id);
         for p in stale {
             let e = Error::new(
-                ErrorKind::Unavailable,
-                "the table's schema changed after the batch was shredded; retry the batch",
+                ErrorKind::SchemaChanged,
+                "the table's schema changed after the batch was shredded",
             );
             finish(p, Err(e));
         }

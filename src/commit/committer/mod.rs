@@ -121,6 +121,9 @@ fn finish(mut pending: Pending, result: Result<Committed>) {
 pub struct TableCommitter {
     queue: mpsc::UnboundedSender<Pending>,
     view: watch::Receiver<Arc<TableView>>,
+    /// For tables changed outside the commit stage (a schema evolved by a write call).
+    publish: watch::Sender<Arc<TableView>>,
+    options: Arc<CommitterOptions>,
     ledger: Arc<Mutex<Ledger>>,
     next_claim: AtomicU64,
 }
@@ -155,9 +158,9 @@ impl TableCommitter {
         tokio::spawn(
             CommitStage {
                 catalog,
-                view: view_tx,
+                view: view_tx.clone(),
                 ledger: ledger.clone(),
-                options,
+                options: options.clone(),
                 last_expiry: None,
                 cleanup_running: Arc::default(),
                 manifest_list: None,
@@ -170,6 +173,8 @@ impl TableCommitter {
         Ok(TableCommitter {
             queue: queue_tx,
             view: view_rx,
+            publish: view_tx,
+            options,
             ledger,
             next_claim: AtomicU64::new(1),
         })
@@ -178,6 +183,12 @@ impl TableCommitter {
     /// The table as the committer last saw it.
     pub fn view(&self) -> Arc<TableView> {
         self.view.borrow().clone()
+    }
+
+    /// Takes in a newer table loaded or committed outside the commit stage (a schema
+    /// evolved by a write call), so the next calls shred with its schema.
+    pub fn adopt(&self, table: crate::catalog::LoadedTable) {
+        view::publish_table(&self.publish, &self.ledger, &self.options, table);
     }
 
     /// Whether the committer's tasks are gone (only after a panic in one of them); the

@@ -12,12 +12,13 @@ use iceberg::spec::DataFile;
 use tokio::sync::{mpsc, watch};
 
 use super::schedule::Pace;
+use super::view::publish_table;
 use super::{Committed, CommitterOptions, EncodedGroup, Ledger, TableView, fail_all, finish};
 use crate::catalog::{Catalog, LoadedTable};
 use crate::commit::expire::{delete_unreachable, expired_refs, expired_snapshots, removal_request};
 use crate::commit::landed::{SentAttempt, find_landed, history_lost};
 use crate::commit::manifest_cache::ManifestCache;
-use crate::commit::offsets::{SourceOffsets, committed_offsets, record_snapshot_id};
+use crate::commit::offsets::{SourceOffsets, record_snapshot_id};
 use crate::commit::snapshot::{
     Attempt, Cached, ManifestListCache, Rebase, SnapshotChanges, find_commit, prepare_snapshot,
 };
@@ -28,12 +29,19 @@ use crate::rowops::removal::RemoveKeys;
 /// Splits encoded groups into the runs that may share a snapshot. A group with deletes
 /// starts a new one: its deletes must apply to the rows of the groups before it, and
 /// within one snapshot they would not (one sequence number); a copy-on-write group
-/// rewrites the files as the head has them, so the groups before it must be there.
+/// rewrites the files as the head has them, so the groups before it must be there. So
+/// does a group written for another schema (the table evolved between them).
 pub(super) fn one_snapshot_each(groups: Vec<EncodedGroup>) -> Vec<Vec<EncodedGroup>> {
     let mut runs: Vec<Vec<EncodedGroup>> = Vec::new();
     for g in groups {
         match runs.last_mut() {
-            Some(run) if g.delete_files.is_empty() && g.touched.is_none() => run.push(g),
+            Some(run)
+                if g.delete_files.is_empty()
+                    && g.touched.is_none()
+                    && run[0].schema_id == g.schema_id =>
+            {
+                run.push(g)
+            }
             _ => runs.push(vec![g]),
         }
     }
@@ -165,51 +173,9 @@ impl CommitStage {
         self.current().table.ident.clone()
     }
 
-    /// Publishes a newer table, rebuilding settings when the schema or spec moved.
+    /// Publishes a newer table (see [`publish_table`]).
     pub(super) fn publish(&self, table: LoadedTable) {
-        let current = self.current();
-        let same_shape = current.table.metadata.current_schema_id()
-            == table.metadata.current_schema_id()
-            && current.table.metadata.default_partition_spec_id()
-                == table.metadata.default_partition_spec_id()
-            && current.table.metadata.properties() == table.metadata.properties();
-        if let Some(writer_id) = &self.options.writer_id
-            && let Ok(committed) = committed_offsets(&table.metadata, writer_id)
-        {
-            self.ledger.locked().committed.union_with(&committed);
-        }
-        let view = if same_shape {
-            TableView {
-                table,
-                file_io: current.file_io.clone(),
-                settings: current.settings.clone(),
-                merge: current.merge,
-                keys: current.keys.clone(),
-                key_problem: current.key_problem.clone(),
-                strategy: current.strategy,
-            }
-        } else {
-            match TableView::new(table.clone(), current.file_io.clone(), &self.options) {
-                Ok(v) => v,
-                // The head must move on regardless, or every later commit would conflict.
-                Err(e) => {
-                    tracing::warn!("table properties unusable, keeping the previous settings: {e}");
-                    // The key was checked against the previous schema and spec: upserts
-                    // and deletes wait (failing with this reason, not as the messages'
-                    // fault) until the table is usable again.
-                    TableView {
-                        table,
-                        file_io: current.file_io.clone(),
-                        settings: current.settings.clone(),
-                        merge: current.merge,
-                        keys: None,
-                        key_problem: Some(e.to_string()),
-                        strategy: current.strategy,
-                    }
-                }
-            }
-        };
-        self.view.send_replace(Arc::new(view));
+        publish_table(&self.view, &self.ledger, &self.options, table);
     }
 
     pub(super) async fn commit_groups(&mut self, groups: Vec<EncodedGroup>) {
@@ -228,8 +194,8 @@ impl CommitStage {
         for g in groups {
             if g.schema_id != schema_id || g.spec_id != spec_id || g.table_uuid != table_uuid {
                 let e = Error::new(
-                    ErrorKind::Unavailable,
-                    "the table changed shape; retry the batch",
+                    ErrorKind::SchemaChanged,
+                    "the table's schema or partition spec changed after the batch was shredded",
                 );
                 // Files streamed to storage (large groups) are referenced by nothing.
                 if g.staged.is_empty() && self.options.cleanup_on_failure {
@@ -447,12 +413,8 @@ impl CommitStage {
                 // A file the attempt could not read (a manifest; a data file copy-on-write
                 // or positional deletes look into): reload and plan again, as after a
                 // conflict, since the head may no longer list it. (A changed schema or
-                // spec is Unavailable too, but for the caller: its rows are shredded again.)
-                Err(e)
-                    if e.kind() == ErrorKind::Unavailable
-                        && view.schema_id() == changes.schema_id
-                        && view.table.metadata.default_partition_spec_id() == changes.spec_id =>
-                {
+                // spec is for the caller: its rows are shredded again.)
+                Err(e) if e.kind() == ErrorKind::Unavailable => {
                     tracing::debug!("commit attempt {} to {ident}: {e}", attempt + 1);
                     transient += 1;
                     last_error = Some(e);

@@ -1,17 +1,20 @@
 //! What the committer knows of its table (schema, key, strategy, file settings),
 //! shared read-only with write calls; and which upsert strategy a table takes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use iceberg::io::FileIO;
 use iceberg::spec::{FormatVersion, TableMetadata};
+use tokio::sync::watch;
 
-use super::CommitterOptions;
+use super::{CommitterOptions, Ledger};
 use crate::catalog::LoadedTable;
 use crate::commit::merge::MergePolicy;
+use crate::commit::offsets::committed_offsets;
 use crate::config::MergeStrategy;
 use crate::error::{Error, Result};
 use crate::rowops::KeyColumns;
+use crate::sync::LockExt;
 use crate::write::{FileSettings, file_settings};
 
 /// What the committer currently knows of its table; shared read-only with callers.
@@ -177,4 +180,57 @@ pub(super) fn check_merge_on_read(metadata: &TableMetadata, keys: &KeyColumns) -
         )));
     }
     Ok(())
+}
+
+/// Publishes a newer table to the committer's `view`, rebuilding settings when the
+/// schema, spec or properties moved, and taking in its exactly-once record.
+pub(super) fn publish_table(
+    view: &watch::Sender<Arc<TableView>>,
+    ledger: &Mutex<Ledger>,
+    options: &CommitterOptions,
+    table: LoadedTable,
+) {
+    let current = view.borrow().clone();
+    let same_shape = current.table.metadata.current_schema_id()
+        == table.metadata.current_schema_id()
+        && current.table.metadata.default_partition_spec_id()
+            == table.metadata.default_partition_spec_id()
+        && current.table.metadata.properties() == table.metadata.properties();
+    if let Some(writer_id) = &options.writer_id
+        && let Ok(committed) = committed_offsets(&table.metadata, writer_id)
+    {
+        ledger.locked().committed.union_with(&committed);
+    }
+    let next = if same_shape {
+        TableView {
+            table,
+            file_io: current.file_io.clone(),
+            settings: current.settings.clone(),
+            merge: current.merge,
+            keys: current.keys.clone(),
+            key_problem: current.key_problem.clone(),
+            strategy: current.strategy,
+        }
+    } else {
+        match TableView::new(table.clone(), current.file_io.clone(), options) {
+            Ok(v) => v,
+            // The head must move on regardless, or every later commit would conflict.
+            Err(e) => {
+                tracing::warn!("table properties unusable, keeping the previous settings: {e}");
+                // The key was checked against the previous schema and spec: upserts
+                // and deletes wait (failing with this reason, not as the messages'
+                // fault) until the table is usable again.
+                TableView {
+                    table,
+                    file_io: current.file_io.clone(),
+                    settings: current.settings.clone(),
+                    merge: current.merge,
+                    keys: None,
+                    key_problem: Some(e.to_string()),
+                    strategy: current.strategy,
+                }
+            }
+        }
+    };
+    view.send_replace(Arc::new(next));
 }

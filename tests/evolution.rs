@@ -1,0 +1,449 @@
+//! Schema evolution on write against real services: new fields at any depth, widening,
+//! required → optional, concurrent evolvers, the policy without evolution, inference
+//! from sparse first values. SeaweedFS + Apache's REST fixture (and the embedded
+//! catalog); pyiceberg and DuckDB read back what was written.
+
+mod support;
+
+use std::sync::Arc;
+
+use floe::catalog::{LoadedTable, table_ident};
+use floe::config::Config;
+use floe::writer::{Message, Writer};
+use serde_json::{Value, json};
+use support::{merge, messages, read_back, runtime, services};
+
+fn rest_config(extra: Value) -> Config {
+    let mut c = services().floe_config();
+    merge(
+        &mut c,
+        json!({"namespace": "evolution", "schema_evolution": {"enabled": true}}),
+    );
+    merge(&mut c, extra);
+    Config::from_json(&c.to_string()).unwrap()
+}
+
+fn texts(rows: &[Value]) -> Vec<String> {
+    rows.iter().map(Value::to_string).collect()
+}
+
+/// One call; every message must be written.
+fn write_all(rt: &tokio::runtime::Runtime, writer: &Writer, rows: &[Value]) {
+    let texts = texts(rows);
+    let out = rt
+        .block_on(writer.write_batch(&messages(&texts)))
+        .expect("write call");
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    assert_eq!(out.rows_committed, rows.len());
+}
+
+/// Rows of a REST table as pyiceberg reads them, sorted by `id`.
+fn pyiceberg_rows(table: &str) -> Vec<Value> {
+    let out = read_back(
+        "pyiceberg-rest",
+        services().pyiceberg_args(&format!("evolution.{table}")),
+    );
+    let mut rows = out["rows"].as_array().unwrap().clone();
+    rows.sort_by_key(|r| r["id"].as_i64());
+    rows
+}
+
+/// The table `ns.name` as the writer's catalog has it now.
+fn load(rt: &tokio::runtime::Runtime, writer: &Writer, ns: &str, name: &str) -> LoadedTable {
+    rt.block_on(writer.catalog().load_table(&table_ident(ns, name).unwrap()))
+        .unwrap()
+        .expect("the table exists")
+}
+
+/// DuckDB's answer to `sql` (`$T` is the table) over the table's current metadata.
+fn duckdb(rt: &tokio::runtime::Runtime, writer: &Writer, table: &str, sql: &str) -> Vec<Value> {
+    let loaded = load(rt, writer, "evolution", table);
+    let out = read_back(
+        "duckdb-s3",
+        json!({"metadata": loaded.metadata_location.unwrap(),
+               "s3": services().duckdb_s3(), "sql": sql}),
+    );
+    out["rows"].as_array().unwrap().clone()
+}
+
+/// The report's case: the second batch adds a top-level column and a nested field, the
+/// third a struct three levels deep, in a list element and in a map value. Every value
+/// is read back; before evolution they were dropped without a word. The table starts
+/// with a map column only (JSON objects are inferred as structs): the first batch adds
+/// the rest.
+#[test]
+fn new_fields_at_any_depth_are_added_and_written() {
+    let rt = runtime();
+    let schema = json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "id", "required": true, "type": "long"},
+        {"id": 2, "name": "attrs", "required": false, "type": {"type": "map",
+            "key-id": 3, "key": "string", "value-id": 4, "value-required": false,
+            "value": {"type": "struct", "fields": [
+                {"id": 5, "name": "v", "required": false, "type": "long"}]}}}
+    ]});
+    let writer = rt
+        .block_on(Writer::open(rest_config(
+            json!({"table": "nested", "schema_evolution": {"schema": schema}}),
+        )))
+        .unwrap();
+    write_all(
+        &rt,
+        &writer,
+        &[
+            json!({"id": 1, "user": {"name": "a"}, "items": [{"sku": "x"}], "attrs": {"k": {"v": 1}}}),
+        ],
+    );
+    write_all(
+        &rt,
+        &writer,
+        &[json!({"id": 2, "country": "NL", "user": {"name": "b", "age": 30}})],
+    );
+    write_all(
+        &rt,
+        &writer,
+        &[
+            json!({"id": 3, "user": {"name": "c", "address": {"geo": {"lat": 52.1}}},
+                 "items": [{"sku": "y", "qty": 2}], "attrs": {"k": {"v": 2, "note": "n"}}}),
+        ],
+    );
+    let rows = pyiceberg_rows("nested");
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[0]["country"], Value::Null);
+    assert_eq!(rows[1]["country"], "NL");
+    assert_eq!(rows[1]["user"]["age"], 30);
+    assert_eq!(rows[2]["user"]["address"]["geo"]["lat"], 52.1);
+    assert_eq!(rows[2]["items"][0]["qty"], 2);
+    // pyiceberg reads maps as lists of key/value pairs.
+    assert_eq!(rows[2]["attrs"], json!([["k", {"note": "n", "v": 2}]]));
+    let duck = duckdb(
+        &rt,
+        &writer,
+        "nested",
+        "SELECT id, user.address.geo.lat AS lat, items[1].qty AS qty FROM $T ORDER BY id",
+    );
+    assert_eq!(
+        duck,
+        vec![
+            json!({"id": 1, "lat": null, "qty": null}),
+            json!({"id": 2, "lat": null, "qty": null}),
+            json!({"id": 3, "lat": 52.1, "qty": 2}),
+        ]
+    );
+}
+
+/// A table created with narrow and required columns: values that need more widen the
+/// column, and a null relaxes a required one; a value no promotion fits keeps its error
+/// while the rest of the batch is written.
+#[test]
+fn columns_widen_and_relax_where_a_value_needs_it() {
+    let rt = runtime();
+    let schema = json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "id", "required": true, "type": "long"},
+        {"id": 2, "name": "n", "required": true, "type": "int"},
+        {"id": 3, "name": "f", "required": false, "type": "float"},
+        {"id": 4, "name": "d", "required": false, "type": "decimal(4, 2)"}
+    ]});
+    let writer = rt
+        .block_on(Writer::open(rest_config(json!({"table": "widen",
+            "identifier_fields": ["id"], "schema_evolution": {"schema": schema}}))))
+        .unwrap();
+    write_all(
+        &rt,
+        &writer,
+        &[json!({"id": 1, "n": 1, "f": 1.5, "d": 1.25})],
+    );
+    let batch = texts(&[
+        json!({"id": 2, "n": 3_000_000_000_i64, "f": 1e300, "d": 12345.5}),
+        json!({"id": 3, "n": null}),
+        json!({"id": 4, "n": "not a number"}),
+        json!({"id": null, "n": 5}),
+    ]);
+    let out = rt
+        .block_on(writer.write_batch(&messages(&batch)))
+        .expect("write call");
+    assert!(
+        out.failures[0].is_none() && out.failures[1].is_none(),
+        "{:?}",
+        out.failures
+    );
+    let bad = out.failures[2].as_ref().expect("a string in a long column");
+    assert!(bad.to_string().contains("`n`"), "{bad}");
+    let key = out.failures[3]
+        .as_ref()
+        .expect("identifier fields stay required");
+    assert!(key.to_string().contains("`id`"), "{key}");
+    let rows = pyiceberg_rows("widen");
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[1]["n"], 3_000_000_000_i64);
+    assert_eq!(rows[1]["f"], 1e300);
+    assert_eq!(rows[1]["d"], "12345.50");
+    assert_eq!(rows[2]["n"], Value::Null);
+    let loaded = load(&rt, &writer, "evolution", "widen");
+    let s = loaded.metadata.current_schema();
+    let t = |name: &str| s.field_by_name(name).unwrap().field_type.to_string();
+    assert_eq!(
+        (t("n"), t("f"), t("d")),
+        ("long".into(), "double".into(), "decimal(7, 2)".into())
+    );
+    assert!(!s.field_by_name("n").unwrap().required);
+    assert!(s.field_by_name("id").unwrap().required);
+}
+
+/// 20 concurrent calls on one writer, each adding its own column, and two writers (own
+/// catalog clients and committers, as two processes have) doing the same: every column
+/// once, every value where it was written.
+#[test]
+fn concurrent_evolvers_converge() {
+    let rt = runtime();
+    let writer = Arc::new(
+        rt.block_on(Writer::open(rest_config(
+            json!({"table": "concurrent", "max_in_flight": 20}),
+        )))
+        .unwrap(),
+    );
+    let other = Arc::new(
+        rt.block_on(Writer::open(rest_config(json!({"table": "concurrent"}))))
+            .unwrap(),
+    );
+    write_all(&rt, &writer, &[json!({"id": 0})]);
+    let calls: Vec<_> = (1..=20)
+        .map(|i| {
+            let w = if i % 4 == 0 {
+                other.clone()
+            } else {
+                writer.clone()
+            };
+            rt.spawn(async move {
+                let text = json!({"id": i, format!("c{i}"): i, "shared": {format!("s{i}"): "x"}})
+                    .to_string();
+                let out = w.write_batch(&[Message::insert(text.as_bytes())]).await;
+                (i, out.map(|o| o.failures))
+            })
+        })
+        .collect();
+    for call in calls {
+        let (i, out) = rt.block_on(call).unwrap();
+        let failures = out.unwrap_or_else(|e| panic!("call {i}: {e}"));
+        assert!(
+            failures.iter().all(Option::is_none),
+            "call {i}: {failures:?}"
+        );
+    }
+    let loaded = load(&rt, &writer, "evolution", "concurrent");
+    let s = loaded.metadata.current_schema();
+    let names: Vec<String> = s
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.name.clone())
+        .collect();
+    assert_eq!(
+        names.len(),
+        22,
+        "id, shared and c1..c20 once each: {names:?}"
+    );
+    let rows = pyiceberg_rows("concurrent");
+    assert_eq!(rows.len(), 21);
+    for i in 1..=20i64 {
+        let row = &rows[i as usize];
+        assert_eq!(row[format!("c{i}")], i, "{row}");
+        assert_eq!(row["shared"][format!("s{i}")], "x", "{row}");
+    }
+}
+
+/// Without evolution an unknown field fails its message by default (naming the field),
+/// the rest of the batch is written; `ignore` writes the message without the field.
+/// A missing table is a clear error.
+#[test]
+fn without_evolution_unknown_fields_follow_the_policy() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = |extra: Value| {
+        let mut c = json!({"catalog": {"warehouse": dir.path().join("wh").to_str().unwrap()},
+            "namespace": "p", "table": "t"});
+        merge(&mut c, extra);
+        Config::from_json(&c.to_string()).unwrap()
+    };
+    let missing = rt.block_on(async {
+        let w = Writer::open(config(json!({}))).await.unwrap();
+        let t = texts(&[json!({"id": 1})]);
+        w.write_batch(&messages(&t)).await
+    });
+    let e = missing.expect_err("no table to write to");
+    assert!(
+        e.to_string().contains("does not exist")
+            && e.to_string().contains("schema_evolution.enabled"),
+        "{e}"
+    );
+    let creator = rt
+        .block_on(Writer::open(config(
+            json!({"schema_evolution": {"enabled": true}}),
+        )))
+        .unwrap();
+    write_all(&rt, &creator, &[json!({"id": 1, "o": {"a": 1}})]);
+    let strict = rt.block_on(Writer::open(config(json!({})))).unwrap();
+    let batch = texts(&[
+        json!({"id": 2, "o": {"a": 2}}),
+        json!({"id": 3, "o": {"a": 3, "extra": true}}),
+        json!({"id": 4, "nothing": null, "empty": {}}),
+    ]);
+    let out = rt.block_on(strict.write_batch(&messages(&batch))).unwrap();
+    let e = out.failures[1]
+        .as_ref()
+        .expect("an unknown field fails its message");
+    assert!(e.to_string().contains("`o.extra`"), "{e}");
+    assert!(
+        out.failures[0].is_none() && out.failures[2].is_none(),
+        "{:?}",
+        out.failures
+    );
+    let lenient = rt
+        .block_on(Writer::open(config(
+            json!({"schema_evolution": {"unknown_fields": "ignore"}}),
+        )))
+        .unwrap();
+    let batch = texts(&[json!({"id": 5, "o": {"a": 5, "extra": true}})]);
+    let out = rt.block_on(lenient.write_batch(&messages(&batch))).unwrap();
+    assert!(out.failures[0].is_none(), "{:?}", out.failures);
+    let loaded = load(&rt, &lenient, "p", "t");
+    assert!(
+        loaded
+            .metadata
+            .current_schema()
+            .field_by_name("o.extra")
+            .is_none()
+    );
+    let read = read_back(
+        "duckdb-file",
+        json!({"metadata": loaded.metadata_location.unwrap(),
+               "sql": "SELECT id, o.a AS a FROM $T ORDER BY id"}),
+    );
+    assert_eq!(
+        read["rows"],
+        json!([{"id": 1, "a": 1}, {"id": 2, "a": 2}, {"id": 4, "a": null}, {"id": 5, "a": 5}])
+    );
+}
+
+/// A table created from a batch whose first values are null, `[]` or `{}` takes the
+/// types from later messages of the group; mixed integers and floats make a double.
+#[test]
+fn inference_waits_for_typed_values_in_the_group() {
+    let rt = runtime();
+    let writer = rt
+        .block_on(Writer::open(rest_config(json!({"table": "inferred"}))))
+        .unwrap();
+    write_all(
+        &rt,
+        &writer,
+        &[
+            json!({"id": 1, "a": null, "l": [], "o": {}, "x": 1}),
+            json!({"id": 2, "a": "s", "l": [1], "o": {"p": true}, "x": 2.5}),
+        ],
+    );
+    let loaded = load(&rt, &writer, "evolution", "inferred");
+    let s = loaded.metadata.current_schema();
+    let t = |name: &str| s.field_by_name(name).unwrap().field_type.to_string();
+    assert_eq!(
+        (t("a"), t("l.element"), t("o.p"), t("x")),
+        (
+            "string".into(),
+            "long".into(),
+            "boolean".into(),
+            "double".into()
+        )
+    );
+    let rows = pyiceberg_rows("inferred");
+    assert_eq!(rows[0]["x"], 1.0);
+    assert_eq!(rows[1]["x"], 2.5);
+    assert_eq!(rows[1]["l"], json!([1]));
+}
+
+fn embedded(dir: &std::path::Path, extra: Value) -> Config {
+    let mut c = json!({"catalog": {"warehouse": dir.join("wh").to_str().unwrap()},
+        "namespace": "e", "table": "t", "schema_evolution": {"enabled": true}});
+    merge(&mut c, extra);
+    Config::from_json(&c.to_string()).unwrap()
+}
+
+/// Attack on evolution: a new field the catalog will not add (its name is the table's
+/// partition field's) failed the whole call on every retry. Only that message fails,
+/// saying why; the rest of the batch is written.
+#[test]
+fn a_field_the_catalog_refuses_to_add_fails_only_its_message() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let writer = rt
+        .block_on(Writer::open(embedded(
+            dir.path(),
+            json!({"schema_evolution": {"partition_spec": "(day(ts))", "schema": {
+                "type": "struct", "schema-id": 0, "fields": [
+                    {"id": 1, "name": "id", "required": false, "type": "long"},
+                    {"id": 2, "name": "ts", "required": false, "type": "timestamptz"}]}}}),
+        )))
+        .unwrap();
+    write_all(
+        &rt,
+        &writer,
+        &[json!({"id": 1, "ts": "2026-12-01T00:00:00Z"})],
+    );
+    let batch = texts(&[
+        json!({"id": 2, "ts": "2026-12-01T00:00:00Z", "ts_day": 5}),
+        json!({"id": 3, "ts": "2026-12-01T00:00:00Z"}),
+    ]);
+    let out = rt.block_on(writer.write_batch(&messages(&batch))).unwrap();
+    let e = out.failures[0].as_ref().expect("ts_day cannot be added");
+    assert_eq!(e.kind(), floe::ErrorKind::Data, "{e}");
+    assert!(e.to_string().contains("`ts_day`"), "{e}");
+    assert!(out.failures[1].is_none(), "{:?}", out.failures);
+    assert_eq!(out.rows_committed, 1);
+}
+
+/// Attack on evolution: a field added inside a struct made every later copy-on-write
+/// upsert over an older file fail ("compact the table first"). Older rows are matched
+/// to the evolved schema by field id, their new fields null.
+#[test]
+fn copy_on_write_rewrites_files_older_than_a_nested_evolution() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(
+        dir.path(),
+        json!({"identifier_fields": ["id"], "merge_strategy": "copy-on-write"}),
+    );
+    let writer = rt.block_on(Writer::open(config)).unwrap();
+    write_all(
+        &rt,
+        &writer,
+        &[
+            json!({"id": 1, "o": {"a": "one"}, "l": [{"x": 1}]}),
+            json!({"id": 2, "o": {"a": "two"}, "l": [{"x": 2}]}),
+        ],
+    );
+    let upsert =
+        json!({"id": 1, "o": {"a": "uno", "b": true}, "l": [{"x": 1, "y": "new"}]}).to_string();
+    let out = rt
+        .block_on(writer.write_batch(&[Message {
+            operation: Some("upsert"),
+            ..Message::insert(upsert.as_bytes())
+        }]))
+        .expect("write call");
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    let loaded = load(&rt, &writer, "e", "t");
+    let read = read_back(
+        "duckdb-file",
+        json!({"metadata": loaded.metadata_location.unwrap(),
+               "sql": "SELECT id, o.a AS a, o.b AS b, l[1].y AS y FROM $T ORDER BY id"}),
+    );
+    assert_eq!(
+        read["rows"],
+        json!([{"id": 1, "a": "uno", "b": true, "y": "new"},
+               {"id": 2, "a": "two", "b": null, "y": null}])
+    );
+}
