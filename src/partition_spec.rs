@@ -1,7 +1,7 @@
 //! Parses the partition spec text of `schema_evolution.partition_spec`, e.g.
 //! `(day(ts), bucket(16, user_id), truncate(4, name) as prefix, region)`.
 
-use iceberg::spec::{Schema, Transform, UnboundPartitionSpec};
+use iceberg::spec::{Schema, TableMetadata, Transform, UnboundPartitionSpec};
 
 use crate::error::{Error, Result};
 
@@ -95,6 +95,51 @@ pub fn parse_partition_spec(text: &str, schema: &Schema) -> Result<UnboundPartit
         builder = builder.add_partition_field(source.id, name, transform)?;
     }
     Ok(builder.build())
+}
+
+/// Refuses a configured spec other than the table's own: floe writes under the table's
+/// spec and does not change it, so a config asking for another one is a mistake to
+/// report, not to ignore. Field names (aliases) do not matter; sources and transforms do.
+pub fn check_table_spec(text: &str, metadata: &TableMetadata) -> Result<()> {
+    let schema = metadata.current_schema();
+    let wanted = parse_partition_spec(text, schema)?;
+    let terms = |fields: Vec<(i32, Transform)>| -> Vec<String> {
+        fields
+            .into_iter()
+            .filter(|(_, t)| *t != Transform::Void)
+            .map(|(source, transform)| {
+                let column = schema
+                    .name_by_field_id(source)
+                    .map_or_else(|| format!("field {source}"), str::to_string);
+                format!("{transform}({column})")
+            })
+            .collect()
+    };
+    let table = terms(
+        metadata
+            .default_partition_spec()
+            .fields()
+            .iter()
+            .map(|f| (f.source_id, f.transform))
+            .collect(),
+    );
+    let config = terms(
+        wanted
+            .fields()
+            .iter()
+            .map(|f| (f.source_id, f.transform))
+            .collect(),
+    );
+    if table == config {
+        return Ok(());
+    }
+    Err(Error::config(format!(
+        "the table is partitioned as ({}), but schema_evolution.partition_spec asks for ({}); \
+         floe writes under the table's spec and does not change it: make the config match, \
+         or change the table's spec with another tool",
+        table.join(", "),
+        config.join(", ")
+    )))
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use crate::commit::offsets::SourceOffsets;
 use crate::config::{CatalogKind, Config, MergeStrategy, UnknownFieldPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::evolve;
-use crate::partition_spec::parse_partition_spec;
+use crate::partition_spec::{check_table_spec, parse_partition_spec};
 use crate::shred::{DecodeOptions, MessageError, Shredder, UnknownFields};
 use crate::stats::StatsSnapshot;
 use crate::storage::{build_file_io, file_io_props, location_url};
@@ -615,7 +615,12 @@ impl Writer {
         sample: impl Iterator<Item = &'m [u8]>,
     ) -> Result<TableHandle> {
         let table = match self.catalog.load_table(ident).await? {
-            Some(t) => t,
+            Some(t) => {
+                if let Some(spec) = self.config.schema_evolution.partition_spec.as_deref() {
+                    check_table_spec(spec, &t.metadata).map_err(|e| e.context(ident))?;
+                }
+                t
+            }
             None if self.config.schema_evolution.enabled => {
                 self.create_table(ident, sample).await?
             }

@@ -11,7 +11,7 @@ use floe::catalog::{LoadedTable, table_ident};
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
-use support::{merge, messages, read_back, runtime, services};
+use support::{merge, messages, read_back, runtime, services, write_ok};
 
 fn rest_config(extra: Value) -> Config {
     let mut c = services().floe_config();
@@ -29,16 +29,7 @@ fn texts(rows: &[Value]) -> Vec<String> {
 
 /// One call; every message must be written.
 fn write_all(rt: &tokio::runtime::Runtime, writer: &Writer, rows: &[Value]) {
-    let texts = texts(rows);
-    let out = rt
-        .block_on(writer.write_batch(&messages(&texts)))
-        .expect("write call");
-    assert!(
-        out.failures.iter().all(Option::is_none),
-        "{:?}",
-        out.failures
-    );
-    assert_eq!(out.rows_committed, rows.len());
+    assert_eq!(write_ok(rt, writer, &texts(rows)), rows.len());
 }
 
 /// Rows of a REST table as pyiceberg reads them, sorted by `id`.
@@ -446,4 +437,71 @@ fn copy_on_write_rewrites_files_older_than_a_nested_evolution() {
         json!([{"id": 1, "a": "uno", "b": true, "y": "new"},
                {"id": 2, "a": "two", "b": null, "y": null}])
     );
+}
+
+/// One batch routed to 10 tables by a per-message table name (as an interpolated
+/// `table` gives): each table created from its own messages, one evolving mid-batch,
+/// bad messages failing alone with their index, every other message written once.
+#[test]
+fn a_batch_routed_to_ten_tables_has_per_message_outcomes() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let writer = rt
+        .block_on(Writer::open(embedded(dir.path(), json!({}))))
+        .unwrap();
+    let first = |i: i64| json!({"id": i, "v": format!("v{i}")});
+    let texts: Vec<String> = (0..100i64).map(|i| first(i).to_string()).collect();
+    let tables: Vec<String> = (0..100).map(|i| format!("t{}", i % 10)).collect();
+    let routed = |texts: &[String]| -> Vec<Option<floe::Error>> {
+        let msgs: Vec<Message> = texts
+            .iter()
+            .zip(&tables)
+            .map(|(t, table)| Message {
+                table: Some(table),
+                ..Message::insert(t.as_bytes())
+            })
+            .collect();
+        rt.block_on(writer.write_batch(&msgs)).unwrap().failures
+    };
+    assert!(routed(&texts).iter().all(Option::is_none));
+    // Second batch: table t3's messages gain a field; every 17th message is bad.
+    let texts: Vec<String> = (100..200i64)
+        .map(|i| match i {
+            _ if i % 17 == 0 => json!({"id": "not a number"}),
+            _ if i % 10 == 3 => json!({"id": i, "v": format!("v{i}"), "added": i}),
+            _ => first(i),
+        })
+        .map(|v| v.to_string())
+        .collect();
+    let failures = routed(&texts);
+    for (pos, failure) in failures.iter().enumerate() {
+        let i = 100 + pos as i64;
+        match failure {
+            Some(e) => {
+                assert_eq!(i % 17, 0, "message {pos} failed: {e}");
+                assert!(e.to_string().contains(&format!("message {pos}")), "{e}");
+            }
+            None => assert_ne!(i % 17, 0, "message {pos} should have failed"),
+        }
+    }
+    for t in 0..10 {
+        let loaded = load(&rt, &writer, "e", &format!("t{t}"));
+        let read = read_back(
+            "duckdb-file",
+            json!({"metadata": loaded.metadata_location.unwrap(),
+                   "sql": "SELECT count(*) AS n, count(DISTINCT id) AS ids FROM $T"}),
+        );
+        let bad = (100..200i64).filter(|i| i % 10 == t && i % 17 == 0).count() as i64;
+        assert_eq!(
+            read["rows"][0],
+            json!({"n": 20 - bad, "ids": 20 - bad}),
+            "t{t}"
+        );
+        let added = loaded
+            .metadata
+            .current_schema()
+            .field_by_name("added")
+            .is_some();
+        assert_eq!(added, t == 3, "t{t}");
+    }
 }

@@ -7,7 +7,7 @@ use floe::catalog::table_ident;
 use floe::config::Config;
 use floe::writer::Writer;
 use serde_json::{Value, json};
-use support::{ids_read_back, messages, read_back, runtime, services};
+use support::{ids_read_back, messages, read_back, runtime, services, write_ok};
 
 fn config(extra: Value) -> Config {
     let mut c = services().floe_config();
@@ -153,14 +153,7 @@ fn oauth2_client_credentials_and_extra_headers() {
     }));
     let writer = rt.block_on(Writer::open(cfg)).unwrap();
     let texts = vec![r#"{"id": 1, "who": "oauth"}"#.to_string()];
-    let out = rt
-        .block_on(writer.write_batch(&messages(&texts)))
-        .expect("write call");
-    assert!(
-        out.failures.iter().all(Option::is_none),
-        "{:?}",
-        out.failures
-    );
+    write_ok(&rt, &writer, &texts);
     let py = read_back(
         "pyiceberg-rest",
         services().pyiceberg_args("e2e.auth.oauth"),

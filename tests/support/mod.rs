@@ -29,6 +29,24 @@ pub fn messages(texts: &[String]) -> Vec<floe::writer::Message<'_>> {
         .collect()
 }
 
+/// Inserts `texts` in one call, every message of which must be written; returns the
+/// rows committed.
+pub fn write_ok(
+    rt: &tokio::runtime::Runtime,
+    writer: &floe::writer::Writer,
+    texts: &[String],
+) -> usize {
+    let out = rt
+        .block_on(writer.write_batch(&messages(texts)))
+        .expect("write call");
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    out.rows_committed
+}
+
 /// Runs `tests/support/read_table.py` and returns its JSON answer.
 pub fn read_back(reader: &str, args: Value) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/read_table.py");

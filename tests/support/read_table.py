@@ -113,6 +113,57 @@ def drop_sql_table(args):
     return {"dropped": args["table"]}
 
 
+def partition_check(args):
+    """Each data file's partition tuple against pyiceberg's transforms of every row in the
+    file; the files each filter in args["filters"] plans; and the rows read back."""
+    import datetime
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.types import DateType, TimestampType, TimestamptzType
+    if args["catalog"] == "sql":
+        cat = load_catalog("floe", type="sql", uri=args["uri"], warehouse=args["warehouse"])
+    else:
+        cat = load_catalog("rest", type="rest", uri=args["uri"], **args.get("props", {}))
+    t = cat.load_table(args["table"])
+    spec, schema = t.spec(), t.schema()
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+    def internal(v):
+        # Partition values as stored: days for dates, microseconds for timestamps.
+        if isinstance(v, datetime.datetime):
+            v = v if v.tzinfo else v.replace(tzinfo=datetime.timezone.utc)
+            return (v - epoch) // datetime.timedelta(microseconds=1)
+        if isinstance(v, datetime.date):
+            return (v - epoch.date()).days
+        return v
+
+    tasks = list(t.scan().plan_files())
+    mismatches = []
+    for task in tasks:
+        f = task.file
+        with t.io.new_input(f.file_path).open() as stream:
+            data = pq.read_table(stream).flatten()
+        for i, field in enumerate(spec.fields):
+            source = schema.find_field(field.source_id)
+            column = data.column(schema.find_column_name(field.source_id))
+            if isinstance(source.field_type, (TimestampType, TimestamptzType)):
+                column = pc.cast(column, pa.int64())
+            elif isinstance(source.field_type, DateType):
+                column = pc.cast(column, pa.int32())
+            transform = field.transform.transform(source.field_type)
+            expected = {internal(transform(v)) for v in column.to_pylist()}
+            got = internal(f.partition[i])
+            if expected != {got}:
+                mismatches.append({"file": f.file_path, "field": field.name,
+                                   "partition": jsonable(got),
+                                   "rows": jsonable(sorted(expected, key=str))})
+    planned = {e: len(list(t.scan(row_filter=e).plan_files())) for e in args.get("filters", [])}
+    rows = t.scan().to_arrow().num_rows
+    return {"files": len(tasks), "mismatches": mismatches, "planned": planned, "rows": rows}
+
+
 def main():
     reader, args = sys.argv[1], json.loads(sys.argv[2])
     if reader == "drop-sql-table":
@@ -123,6 +174,9 @@ def main():
         return
     if reader == "make-v1-table":
         print(json.dumps(make_v1_table(args)))
+        return
+    if reader == "partition-check":
+        print(json.dumps(partition_check(args)))
         return
     if reader == "s3-list":
         keys = s3_list(args)
