@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use arrow_array::types::{
     Date32Type, Decimal128Type, Float32Type, Float64Type, Int32Type, Int64Type,
-    Time64MicrosecondType, TimestampMicrosecondType,
+    Time64MicrosecondType, TimestampMicrosecondType, TimestampNanosecondType,
 };
 use arrow_array::{
     ArrayRef, BooleanArray, FixedSizeBinaryArray, LargeBinaryArray, ListArray, MapArray,
@@ -86,6 +86,8 @@ enum Data {
     Timestamp {
         values: Vec<i64>,
         zone: bool,
+        /// Nanoseconds (`timestamp_ns`, v3), else microseconds.
+        nanos: bool,
     },
     Float(Vec<f32>),
     Double(Vec<f64>),
@@ -212,13 +214,25 @@ impl Column {
             },
             PrimitiveType::Date => Data::Date(Vec::new()),
             PrimitiveType::Time => Data::Time(Vec::new()),
-            PrimitiveType::Timestamp | PrimitiveType::TimestampNs => Data::Timestamp {
+            PrimitiveType::Timestamp => Data::Timestamp {
                 values: Vec::new(),
                 zone: false,
+                nanos: false,
             },
-            PrimitiveType::Timestamptz | PrimitiveType::TimestamptzNs => Data::Timestamp {
+            PrimitiveType::Timestamptz => Data::Timestamp {
                 values: Vec::new(),
                 zone: true,
+                nanos: false,
+            },
+            PrimitiveType::TimestampNs => Data::Timestamp {
+                values: Vec::new(),
+                zone: false,
+                nanos: true,
+            },
+            PrimitiveType::TimestamptzNs => Data::Timestamp {
+                values: Vec::new(),
+                zone: true,
+                nanos: true,
             },
             PrimitiveType::String => Data::String {
                 offsets: vec![0],
@@ -407,12 +421,38 @@ impl Column {
             (Data::Date(v), Token::Number(t, _)) => convert::parse_i32(t).map(|x| v.push(x)),
             (Data::Time(v), Token::String(t)) => convert::parse_time(t).map(|x| v.push(x)),
             (Data::Time(v), Token::Number(t, _)) => convert::parse_i64(t).map(|x| v.push(x)),
-            (Data::Timestamp { values, zone }, Token::String(t)) => {
-                convert::parse_timestamp(t, *zone).map(|x| values.push(x))
-            }
-            (Data::Timestamp { values, .. }, Token::Number(t, _)) => {
-                convert::epoch_to_micros(t, unit).map(|x| values.push(x))
-            }
+            (
+                Data::Timestamp {
+                    values,
+                    zone,
+                    nanos: false,
+                },
+                Token::String(t),
+            ) => convert::parse_timestamp(t, *zone).map(|x| values.push(x)),
+            (
+                Data::Timestamp {
+                    values,
+                    zone,
+                    nanos: true,
+                },
+                Token::String(t),
+            ) => convert::parse_timestamp_ns(t, *zone).map(|x| values.push(x)),
+            (
+                Data::Timestamp {
+                    values,
+                    nanos: false,
+                    ..
+                },
+                Token::Number(t, _),
+            ) => convert::epoch_to_micros(t, unit).map(|x| values.push(x)),
+            (
+                Data::Timestamp {
+                    values,
+                    nanos: true,
+                    ..
+                },
+                Token::Number(t, _),
+            ) => convert::epoch_to_nanos(t, unit).map(|x| values.push(x)),
             (Data::String { offsets, bytes }, Token::String(t)) => {
                 bytes.extend_from_slice(t.as_bytes());
                 i32::try_from(bytes.len())
@@ -574,14 +614,21 @@ impl Column {
             Data::Date(v) => Arc::new(PrimitiveArray::<Date32Type>::new(take(v), nulls)),
             Data::Long(v) => Arc::new(PrimitiveArray::<Int64Type>::new(take(v), nulls)),
             Data::Time(v) => Arc::new(PrimitiveArray::<Time64MicrosecondType>::new(take(v), nulls)),
-            Data::Timestamp { values, .. } => {
+            Data::Timestamp { values, nanos, .. } => {
                 let DataType::Timestamp(_, zone) = field.data_type() else {
                     unreachable!()
                 };
-                Arc::new(
-                    PrimitiveArray::<TimestampMicrosecondType>::new(take(values), nulls)
-                        .with_timezone_opt(zone.clone()),
-                )
+                if *nanos {
+                    Arc::new(
+                        PrimitiveArray::<TimestampNanosecondType>::new(take(values), nulls)
+                            .with_timezone_opt(zone.clone()),
+                    )
+                } else {
+                    Arc::new(
+                        PrimitiveArray::<TimestampMicrosecondType>::new(take(values), nulls)
+                            .with_timezone_opt(zone.clone()),
+                    )
+                }
             }
             Data::Float(v) => Arc::new(PrimitiveArray::<Float32Type>::new(take(v), nulls)),
             Data::Double(v) => Arc::new(PrimitiveArray::<Float64Type>::new(take(v), nulls)),

@@ -169,9 +169,10 @@ fn digits(b: &[u8]) -> Option<i64> {
     })
 }
 
-/// The common shape `YYYY-MM-DDTHH:MM:SS[.f{1,9}](Z|±HH:MM)` without a general parser;
-/// `None` sends anything else (or anything invalid) to chrono for a precise verdict.
-fn fast_rfc3339(text: &str) -> Option<i64> {
+/// The common shape `YYYY-MM-DDTHH:MM:SS[.f{1,9}](Z|±HH:MM)` without a general parser,
+/// as seconds since the epoch (UTC) and nanoseconds; `None` sends anything else (or
+/// anything invalid) to chrono for a precise verdict.
+fn fast_rfc3339(text: &str) -> Option<(i64, i64)> {
     let b = text.as_bytes();
     if b.len() < 20
         || b[4] != b'-'
@@ -212,7 +213,7 @@ fn fast_rfc3339(text: &str) -> Option<i64> {
         return None;
     }
     let mut i = 19;
-    let mut micros = 0i64;
+    let mut nanos = 0i64;
     if b.get(i) == Some(&b'.') {
         let start = i + 1;
         i = start;
@@ -223,8 +224,7 @@ fn fast_rfc3339(text: &str) -> Option<i64> {
         if frac.is_empty() || frac.len() > 9 {
             return None;
         }
-        let kept = &frac[..frac.len().min(6)];
-        micros = digits(kept)? * 10i64.pow(6 - kept.len() as u32);
+        nanos = digits(frac)? * 10i64.pow(9 - frac.len() as u32);
     }
     let offset_seconds = match &b[i..] {
         [b'Z' | b'z'] => 0,
@@ -241,22 +241,27 @@ fn fast_rfc3339(text: &str) -> Option<i64> {
     };
     let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second
         - offset_seconds;
-    Some(seconds * 1_000_000 + micros)
+    Some((seconds, nanos))
 }
 
-/// RFC 3339 text to microseconds since the epoch (UTC). For `timestamp` (no zone) a
-/// string without an offset is read as-is; one with an offset is converted to UTC.
-pub fn parse_timestamp(text: &str, with_zone: bool) -> Result<i64, String> {
-    if let Some(micros) = fast_rfc3339(text) {
-        return Ok(micros);
+/// RFC 3339 text to seconds since the epoch (UTC) and nanoseconds. For `timestamp` (no
+/// zone) a string without an offset is read as-is; one with an offset is converted to
+/// UTC.
+fn parse_timestamp_parts(text: &str, with_zone: bool) -> Result<(i64, i64), String> {
+    if let Some(parts) = fast_rfc3339(text) {
+        return Ok(parts);
     }
+    let parts = |dt: chrono::NaiveDateTime| {
+        let utc = dt.and_utc();
+        (utc.timestamp(), i64::from(utc.timestamp_subsec_nanos()))
+    };
     if let Ok(dt) = DateTime::parse_from_rfc3339(text) {
-        return Ok(dt.timestamp_micros());
+        return Ok(parts(dt.naive_utc()));
     }
     if !with_zone {
         for format in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"] {
             if let Ok(naive) = NaiveDateTime::parse_from_str(text, format) {
-                return Ok(naive.and_utc().timestamp_micros());
+                return Ok(parts(naive));
             }
         }
     }
@@ -264,6 +269,55 @@ pub fn parse_timestamp(text: &str, with_zone: bool) -> Result<i64, String> {
         "{text:?} is not an RFC 3339 timestamp{}",
         if with_zone { " with an offset" } else { "" }
     ))
+}
+
+/// RFC 3339 text to microseconds since the epoch (UTC); digits past the microsecond are
+/// dropped (see [`parse_timestamp_parts`]).
+pub fn parse_timestamp(text: &str, with_zone: bool) -> Result<i64, String> {
+    let (seconds, nanos) = parse_timestamp_parts(text, with_zone)?;
+    seconds
+        .checked_mul(1_000_000)
+        .and_then(|s| s.checked_add(nanos / 1_000))
+        .ok_or_else(|| format!("{text:?} is out of range for a timestamp"))
+}
+
+/// RFC 3339 text to nanoseconds since the epoch (UTC), for `timestamp_ns` columns:
+/// every digit kept; years 1677 to 2262 fit.
+pub fn parse_timestamp_ns(text: &str, with_zone: bool) -> Result<i64, String> {
+    let (seconds, nanos) = parse_timestamp_parts(text, with_zone)?;
+    seconds
+        .checked_mul(1_000_000_000)
+        .and_then(|s| s.checked_add(nanos))
+        .ok_or_else(|| {
+            format!("{text:?} is out of range for a nanosecond timestamp (years 1677 to 2262)")
+        })
+}
+
+/// An epoch number in `unit` to nanoseconds. Integers stay integers; a fraction is
+/// rounded to the nanosecond.
+pub fn epoch_to_nanos(text: &str, unit: EpochUnit) -> Result<i64, String> {
+    let overflow = || format!("epoch value {text} is out of range for a nanosecond timestamp");
+    if let Ok(v) = text.parse::<i64>() {
+        let factor = match unit {
+            EpochUnit::S => 1_000_000_000,
+            EpochUnit::Ms => 1_000_000,
+            EpochUnit::Us => 1_000,
+            EpochUnit::Ns => 1,
+        };
+        return v.checked_mul(factor).ok_or_else(overflow);
+    }
+    let v = parse_f64(text)?;
+    let nanos = match unit {
+        EpochUnit::S => v * 1e9,
+        EpochUnit::Ms => v * 1e6,
+        EpochUnit::Us => v * 1e3,
+        EpochUnit::Ns => v,
+    };
+    if nanos.is_finite() && nanos.abs() < 9.2e18 {
+        Ok(nanos.round() as i64)
+    } else {
+        Err(overflow())
+    }
 }
 
 /// An epoch number in `unit` to microseconds. Integers stay integers; a fraction is
@@ -376,6 +430,26 @@ mod tests {
     }
 
     #[test]
+    fn nanosecond_timestamps_keep_every_digit() {
+        assert_eq!(
+            parse_timestamp_ns("1970-01-01T00:00:01.123456789Z", true),
+            Ok(1_123_456_789)
+        );
+        assert_eq!(
+            parse_timestamp_ns("1969-12-31T23:59:59.999999999Z", true),
+            Ok(-1)
+        );
+        assert_eq!(
+            parse_timestamp_ns("2026-12-01 10:00:00.5", false),
+            Ok(1_796_119_200_500_000_000)
+        );
+        assert!(parse_timestamp_ns("2263-01-01T00:00:00Z", true).is_err());
+        assert_eq!(epoch_to_nanos("1500", EpochUnit::Ms), Ok(1_500_000_000));
+        assert_eq!(epoch_to_nanos("1.5", EpochUnit::Us), Ok(1_500));
+        assert!(epoch_to_nanos("9300000000", EpochUnit::S).is_err());
+    }
+
+    #[test]
     fn fast_timestamps_agree_with_chrono() {
         let samples = [
             "1970-01-01T00:00:00Z",
@@ -388,8 +462,17 @@ mod tests {
             "0001-01-01T00:00:00Z",
         ];
         for s in samples {
-            let chrono = DateTime::parse_from_rfc3339(s).unwrap().timestamp_micros();
-            assert_eq!(fast_rfc3339(s), Some(chrono), "{s}");
+            let chrono = DateTime::parse_from_rfc3339(s).unwrap();
+            let parts = (
+                chrono.timestamp(),
+                i64::from(chrono.timestamp_subsec_nanos()),
+            );
+            assert_eq!(fast_rfc3339(s), Some(parts), "{s}");
+            assert_eq!(
+                parse_timestamp(s, true),
+                Ok(chrono.timestamp_micros()),
+                "{s}"
+            );
         }
         for bad in [
             "2023-02-29T00:00:00Z",

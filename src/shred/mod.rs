@@ -68,7 +68,6 @@ pub struct Shredder {
 
 impl Shredder {
     pub fn new(schema: Arc<Schema>, options: DecodeOptions) -> crate::Result<Self> {
-        refuse_unsupported_types(&schema)?;
         let arrow =
             Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema).map_err(crate::Error::from)?);
         let decoder = RowDecoder::new(&schema, &arrow, options);
@@ -129,40 +128,6 @@ impl Shredder {
         RecordBatch::try_new_with_options(self.arrow.clone(), columns, &options)
             .expect("decoders build arrays matching the Arrow schema")
     }
-}
-
-/// Nanosecond timestamps (Iceberg v3) would need nanosecond buffers; refuse them up front
-/// rather than write wrong values.
-fn refuse_unsupported_types(schema: &Schema) -> crate::Result<()> {
-    use iceberg::spec::PrimitiveType;
-    for field in schema.as_struct().fields().iter().flat_map(all_fields) {
-        if let iceberg::spec::Type::Primitive(
-            PrimitiveType::TimestampNs | PrimitiveType::TimestamptzNs,
-        ) = field.field_type.as_ref()
-        {
-            return Err(crate::Error::config(format!(
-                "column `{}` has a nanosecond timestamp type, which floe does not write yet",
-                field.name
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// A field and every field nested in it.
-fn all_fields(field: &iceberg::spec::NestedFieldRef) -> Vec<iceberg::spec::NestedFieldRef> {
-    use iceberg::spec::Type;
-    let mut out = vec![field.clone()];
-    match field.field_type.as_ref() {
-        Type::Struct(s) => s.fields().iter().for_each(|f| out.extend(all_fields(f))),
-        Type::List(l) => out.extend(all_fields(&l.element_field)),
-        Type::Map(m) => {
-            out.extend(all_fields(&m.key_field));
-            out.extend(all_fields(&m.value_field));
-        }
-        Type::Primitive(_) => {}
-    }
-    out
 }
 
 #[cfg(test)]

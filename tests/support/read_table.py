@@ -164,6 +164,22 @@ def partition_check(args):
     return {"files": len(tasks), "mismatches": mismatches, "planned": planned, "rows": rows}
 
 
+def nanoseconds_as_integers(table):
+    """Nanosecond timestamps (v3) as integers: Python's datetime holds microseconds."""
+    import pyarrow as pa
+
+    def convert(t):
+        if pa.types.is_timestamp(t) and t.unit == "ns":
+            return pa.int64()
+        if pa.types.is_struct(t):
+            return pa.struct([f.with_type(convert(f.type)) for f in t])
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return pa.list_(t.value_field.with_type(convert(t.value_type)))
+        return t
+
+    return table.cast(pa.schema([f.with_type(convert(f.type)) for f in table.schema]))
+
+
 def main():
     reader, args = sys.argv[1], json.loads(sys.argv[2])
     if reader == "drop-sql-table":
@@ -195,7 +211,7 @@ def main():
         else:
             cat = load_catalog("rest", type="rest", uri=args["uri"], **args.get("props", {}))
         table = cat.load_table(args["table"])
-        rows = table.scan().to_arrow().to_pylist()
+        rows = nanoseconds_as_integers(table.scan().to_arrow()).to_pylist()
         rows.sort(key=lambda r: json.dumps(jsonable(r), sort_keys=True))
     print(json.dumps({"rows": jsonable(rows), "count": len(rows)}, sort_keys=True))
 
