@@ -207,3 +207,37 @@ def test_unknown_fields_go_to_the_fallback_output_without_evolution(tmp_path):
     n = duckdb_connect().execute(
         f"SELECT count(*) FROM iceberg_scan('{table.metadata_location}')").fetchone()[0]
     assert n == 1 + 900
+
+
+def test_explicit_types_from_metadata_and_a_mapping(tmp_path):
+    """`schema_metadata` and `new_column_type_mapping` type the columns a table is
+    created with and those added later; inference alone would make strings of them."""
+    mapping = """\
+        root.id = count("typed")
+        root.created_at = "2026-12-01T10:00:00Z"
+        root.price = "12.50"
+        if root.id > 100 { root.updated_at = "2026-12-02T10:00:00Z" }
+        meta iceberg_types = {"price": "decimal(10, 2)"}.format_json()
+    """
+    out = r"""iceberg:
+  namespace: e2e
+  table: typed
+  schema_evolution:
+    enabled: true
+    schema_metadata: iceberg_types
+    new_column_type_mapping: |
+      root = this.keys().filter(k -> k.has_suffix("_at")).map_each(k -> {(k): "timestamptz"}).squash()
+"""
+    res = run_floe(tmp_path, evolving_pipeline(out, 200, mapping))
+    assert res.returncode == 0, res.stderr[-3000:]
+    wh = tmp_path / "warehouse"
+    from pyiceberg.catalog import load_catalog
+    cat = load_catalog("floe", type="sql", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+    table = cat.load_table("e2e.typed")
+    types = {f.name: str(f.field_type) for f in table.schema().fields}
+    assert types == {"id": "long", "created_at": "timestamptz", "price": "decimal(10, 2)",
+                     "updated_at": "timestamptz"}, types
+    row = duckdb_connect().execute(
+        f"SELECT count(*), sum(price)::VARCHAR, count(updated_at) "
+        f"FROM iceberg_scan('{table.metadata_location}')").fetchone()
+    assert row == (200, "2500.00", 100), row

@@ -66,7 +66,8 @@ typedef struct MergePolicy MergePolicy;
 // likewise (NULL or empty entries: `insert`). `sources`/`source_offsets` and
 // `message_offsets` carry exactly-once positions (both NULL unless
 // `commit.exactly_once` is configured): message `i` came from source `sources[i]` at
-// offset `message_offsets[i]`.
+// offset `message_offsets[i]`. `types`/`type_offsets` (NULL when the output has no
+// schema metadata or type mapping) carry each message's explicit column types.
 typedef struct floe_batch {
   const uint8_t *data;
   // `count + 1` offsets into `data`, non-decreasing.
@@ -84,6 +85,10 @@ typedef struct floe_batch {
   const size_t *source_offsets;
   // Exactly-once: `count` per-message offsets within their source; may be NULL.
   const int64_t *message_offsets;
+  // Per-message explicit types (a JSON object of field path → Iceberg type; empty:
+  // none), same layout as `data`; may be NULL.
+  const uint8_t *types;
+  const size_t *type_offsets;
 } floe_batch;
 
 // What a writer has committed since it was opened, over all its tables.

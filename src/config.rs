@@ -245,6 +245,12 @@ pub struct SchemaEvolution {
     /// Without evolution: what a JSON field that is not a column does to its message.
     #[serde(default)]
     pub unknown_fields: UnknownFieldPolicy,
+    /// The metadata key the host reads each message's explicit types from (the host
+    /// hands them over with the message; named here for errors).
+    pub schema_metadata: Option<String>,
+    /// A message without explicit types fails.
+    #[serde(default)]
+    pub require_schema_metadata: bool,
     /// Partition spec for new tables, e.g. `(day(ts), bucket(16, user_id))`.
     pub partition_spec: Option<String>,
     /// Location prefix for new tables when the catalog assigns none.

@@ -30,6 +30,7 @@ use crate::config::{CatalogKind, Config, MergeStrategy, UnknownFieldPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::evolve;
 use crate::partition_spec::{check_table_spec, parse_partition_spec};
+use crate::shred::infer::TypeHints;
 use crate::shred::{DecodeOptions, MessageError, Shredder, UnknownFields};
 use crate::stats::StatsSnapshot;
 use crate::storage::{build_file_io, file_io_props, location_url};
@@ -46,6 +47,10 @@ pub struct Message<'a> {
     /// offset there. Required when `commit.exactly_once` is configured.
     pub source: Option<&'a str>,
     pub offset: Option<i64>,
+    /// Explicit types for the message's fields, a JSON object of field path → Iceberg
+    /// primitive type (from `schema_evolution.schema_metadata` or
+    /// `new_column_type_mapping`): they win over inference when a column is added.
+    pub types: Option<&'a [u8]>,
 }
 
 impl<'a> Message<'a> {
@@ -58,6 +63,7 @@ impl<'a> Message<'a> {
             operation: None,
             source: None,
             offset: None,
+            types: None,
         }
     }
 }
@@ -168,6 +174,24 @@ impl Writer {
         table_ident(ns, table)
     }
 
+    /// A message's explicit types must parse; with `require_schema_metadata` they must
+    /// be there.
+    fn check_types(&self, i: usize, m: &Message<'_>) -> Option<Error> {
+        let evolution = &self.config.schema_evolution;
+        let problem = match m.types {
+            Some(json) => TypeHints::parse(json).err()?,
+            None if evolution.require_schema_metadata => format!(
+                "no schema metadata (`{}`), which schema_evolution.require_schema_metadata asks for",
+                evolution.schema_metadata.as_deref().unwrap_or_default()
+            ),
+            None => return None,
+        };
+        Some(Error::new(
+            ErrorKind::Data,
+            format!("message {i}: {problem}"),
+        ))
+    }
+
     /// Writes and commits a batch. Each table's messages are committed in one snapshot
     /// (shared with concurrent calls).
     ///
@@ -185,6 +209,10 @@ impl Writer {
         for (i, m) in messages.iter().enumerate() {
             if let Err(e) = RowOp::parse(m.operation) {
                 failures[i] = Some(Error::new(ErrorKind::Data, format!("message {i}: {e}")));
+                continue;
+            }
+            if let Some(e) = self.check_types(i, m) {
+                failures[i] = Some(e);
                 continue;
             }
             if self.options.writer_id.is_some() && (m.source.is_none() || m.offset.is_none()) {
@@ -262,8 +290,8 @@ impl Writer {
         if let Some(handle) = guard.as_ref() {
             return Ok(handle.clone());
         }
-        let payloads = idx.iter().map(|&i| messages[i].payload);
-        let handle = Arc::new(self.open_table(ident, payloads).await?);
+        let sample = idx.iter().map(|&i| &messages[i]);
+        let handle = Arc::new(self.open_table(ident, sample).await?);
         *guard = Some(handle.clone());
         Ok(handle)
     }
@@ -413,11 +441,8 @@ impl Writer {
         let mut rows = shred_guarded(&mut shredder, messages, idx, &rows_at)?;
         self.return_shredder(handle, schema_id, shredder);
         if may_evolve && self.config.schema_evolution.enabled && !rows.field_failures.is_empty() {
-            let payloads = rows
-                .field_failures
-                .iter()
-                .map(|&pos| messages[idx[pos]].payload);
-            match self.evolve(handle, &view, payloads).await {
+            let failed = rows.field_failures.iter().map(|&pos| &messages[idx[pos]]);
+            match self.evolve(handle, &view, failed).await {
                 Ok(()) => {}
                 Err(e) if e.kind().is_retryable() || e.kind() == ErrorKind::NotFound => {
                     return Err(e);
@@ -540,17 +565,23 @@ impl Writer {
     /// when the schema can change to hold them, it is changed (or found changed by
     /// another writer) and the call fails with `SchemaChanged`, to shred again.
     /// Otherwise the messages keep their errors.
-    async fn evolve<'m>(
+    async fn evolve<'m, 'p: 'm>(
         &self,
         handle: &TableHandle,
         view: &TableView,
-        payloads: impl Iterator<Item = &'m [u8]>,
+        failed: impl Iterator<Item = &'m Message<'p>>,
     ) -> Result<()> {
-        let values: Vec<serde_json::Value> = payloads
-            .filter_map(|p| serde_json::from_slice(p).ok())
-            .collect();
+        let mut values: Vec<serde_json::Value> = Vec::new();
+        let mut hints = TypeHints::default();
+        for m in failed {
+            if let Ok(v) = serde_json::from_slice(m.payload) {
+                values.push(v);
+            }
+            hints.merge(message_hints(m));
+        }
         let matching = evolve::Matching {
             case_sensitive: self.config.case_sensitive_columns,
+            hints: &hints,
             key: &self.config.identifier_fields,
         };
         if evolve::plan_for(&view.table, &values, matching)?.is_none() {
@@ -609,10 +640,10 @@ impl Writer {
             },
         }
     }
-    async fn open_table<'m>(
+    async fn open_table<'m, 'p: 'm>(
         &self,
         ident: &TableIdent,
-        sample: impl Iterator<Item = &'m [u8]>,
+        sample: impl Iterator<Item = &'m Message<'p>>,
     ) -> Result<TableHandle> {
         let table = match self.catalog.load_table(ident).await? {
             Some(t) => {
@@ -650,10 +681,10 @@ impl Writer {
         })
     }
 
-    async fn create_table<'m>(
+    async fn create_table<'m, 'p: 'm>(
         &self,
         ident: &TableIdent,
-        sample: impl Iterator<Item = &'m [u8]>,
+        sample: impl Iterator<Item = &'m Message<'p>>,
     ) -> Result<LoadedTable> {
         let evolution = &self.config.schema_evolution;
         let schema: Schema = match &evolution.schema {
@@ -662,10 +693,21 @@ impl Writer {
                     "schema_evolution.schema is not an Iceberg schema: {e}"
                 ))
             })?,
-            None => crate::shred::infer::infer_schema(sample, self.config.case_sensitive_columns)
-                .map_err(|e| {
-                Error::new(ErrorKind::Data, format!("cannot create {ident}: {e}"))
-            })?,
+            None => {
+                let mut hints = TypeHints::default();
+                let payloads: Vec<&[u8]> = sample
+                    .map(|m| {
+                        hints.merge(message_hints(m));
+                        m.payload
+                    })
+                    .collect();
+                crate::shred::infer::infer_schema(
+                    payloads,
+                    self.config.case_sensitive_columns,
+                    &hints,
+                )
+                .map_err(|e| Error::new(ErrorKind::Data, format!("cannot create {ident}: {e}")))?
+            }
         };
         // Tables floe creates register the key: readers (and later writers) find it there.
         let schema = with_identifier_fields(schema, &self.config.identifier_fields)?;
@@ -843,6 +885,13 @@ fn shred_guarded(
         failures,
         field_failures,
     })
+}
+
+/// A message's explicit types (checked on entry to the call: malformed ones failed it).
+fn message_hints(m: &Message<'_>) -> TypeHints {
+    m.types
+        .and_then(|json| TypeHints::parse(json).ok())
+        .unwrap_or_default()
 }
 
 /// A message's operation (checked on entry to the call).

@@ -599,3 +599,71 @@ fn v3_tables_take_appends_with_row_lineage_and_nanosecond_timestamps() {
     assert_eq!(rows[6]["at_ns"], 1_796_119_200_000_000_007_i64);
     assert_eq!(rows[6]["inner"]["local_ns"], 1_796_119_200_123_456_787_i64);
 }
+
+/// Explicit types (what the Go output takes from `schema_metadata` or computes with
+/// `new_column_type_mapping`) win over inference, at creation and when columns are
+/// added; malformed or (when required) missing ones fail their message alone.
+#[test]
+fn explicit_types_win_over_inference() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let writer = rt
+        .block_on(Writer::open(embedded(
+            dir.path(),
+            json!({"schema_evolution": {"schema_metadata": "iceberg_types",
+                                        "require_schema_metadata": true}}),
+        )))
+        .unwrap();
+    let typed = |payload: &'static str, types: &'static str| Message {
+        types: Some(types.as_bytes()),
+        ..Message::insert(payload.as_bytes())
+    };
+    let out = rt
+        .block_on(writer.write_batch(&[typed(
+            r#"{"id": 1, "ts": "2026-12-01T10:00:00Z", "n": 7}"#,
+            r#"{"ts": "timestamptz", "n": "int"}"#,
+        )]))
+        .unwrap();
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    let batch = [
+        typed(
+            r#"{"id": 2, "amount": "12.50", "meta": {"at": 1764583200000, "tag": "x"}}"#,
+            r#"{"amount": "decimal(10, 2)", "meta.at": "timestamptz"}"#,
+        ),
+        typed(r#"{"id": 3}"#, r#"{"amount": "money"}"#),
+        Message::insert(br#"{"id": 4}"#),
+    ];
+    let out = rt.block_on(writer.write_batch(&batch)).unwrap();
+    assert!(out.failures[0].is_none(), "{:?}", out.failures);
+    let bad = out.failures[1].as_ref().expect("a type that is not one");
+    assert!(bad.to_string().contains("`amount`"), "{bad}");
+    let missing = out.failures[2].as_ref().expect("types are required");
+    assert!(missing.to_string().contains("iceberg_types"), "{missing}");
+    let table = load(&rt, &writer, "e", "t");
+    let s = table.metadata.current_schema();
+    let t = |name: &str| s.field_by_name(name).unwrap().field_type.to_string();
+    assert_eq!(
+        (t("ts"), t("n"), t("amount"), t("meta.at"), t("meta.tag")),
+        (
+            "timestamptz".into(),
+            "int".into(),
+            "decimal(10, 2)".into(),
+            "timestamptz".into(),
+            "string".into()
+        )
+    );
+    let read = read_back(
+        "duckdb-file",
+        json!({"metadata": table.metadata_location.unwrap(),
+               "sql": "SELECT id, amount::VARCHAR AS amount, epoch_ms(meta.at) AS at FROM $T ORDER BY id"}),
+    );
+    assert_eq!(
+        read["rows"],
+        json!([{"id": 1, "amount": null, "at": null},
+               {"id": 2, "amount": "12.50", "at": 1764583200000_i64}])
+    );
+}

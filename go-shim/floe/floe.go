@@ -145,6 +145,9 @@ type Batch struct {
 	// i came from Sources[i] at Offsets[i].
 	Sources []string
 	Offsets []int64
+	// Types is nil, or one entry per message: a JSON object of field path → Iceberg
+	// type that wins over inference when a column is added (empty: none).
+	Types [][]byte
 }
 
 // Result tells, per message, whether it was committed.
@@ -213,6 +216,9 @@ func (w *Writer) Write(ctx context.Context, b Batch) (*Result, error) {
 			return nil, fmt.Errorf("floe: %d %s for %d messages", len(list), name, len(b.Messages))
 		}
 	}
+	if b.Types != nil && len(b.Types) != len(b.Messages) {
+		return nil, fmt.Errorf("floe: %d Types for %d messages", len(b.Types), len(b.Messages))
+	}
 	if (b.Sources == nil) != (b.Offsets == nil) || (b.Offsets != nil && len(b.Offsets) != len(b.Messages)) {
 		return nil, fmt.Errorf("floe: Sources and Offsets must both be nil or both have %d entries", len(b.Messages))
 	}
@@ -238,7 +244,11 @@ func (w *Writer) Write(ctx context.Context, b Batch) (*Result, error) {
 		defer ops.free()
 		batch.operations, batch.operation_offsets = (*C.uint8_t)(ops.data), (*C.size_t)(ops.offsets)
 	}
-
+	if b.Types != nil {
+		ty := newCBuffer(b.Types)
+		defer ty.free()
+		batch.types, batch.type_offsets = (*C.uint8_t)(ty.data), (*C.size_t)(ty.offsets)
+	}
 	if b.Sources != nil {
 		src := newCBuffer(b.Sources)
 		defer src.free()

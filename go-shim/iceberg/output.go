@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/floe-dev/floe/go-shim/floe"
+	"github.com/redpanda-data/benthos/v4/public/bloblang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 )
 
@@ -38,11 +39,9 @@ const (
 
 // unsupported names fields of the compatible config surface that floe refuses for now.
 var unsupported = map[string]string{
-	"catalog.auth.aws_sigv4":                   "SigV4 catalog auth is not supported by floe yet",
-	"storage.gcp_cloud_storage":                "GCS storage is not supported by floe yet",
-	"storage.azure_blob_storage":               "Azure storage is not supported by floe yet",
-	"schema_evolution.schema_metadata":         "schema_evolution.schema_metadata is not supported by floe yet",
-	"schema_evolution.new_column_type_mapping": "schema_evolution.new_column_type_mapping is not supported by floe yet",
+	"catalog.auth.aws_sigv4":     "SigV4 catalog auth is not supported by floe yet",
+	"storage.gcp_cloud_storage":  "GCS storage is not supported by floe yet",
+	"storage.azure_blob_storage": "Azure storage is not supported by floe yet",
 }
 
 // ConfigSpec is the `iceberg` output's spec.
@@ -95,8 +94,9 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewStringEnumField("unknown_fields", "error", "ignore").Optional().Description("Without evolution: what a JSON field that is not a column does. `error` (the default) fails the message with an error naming the field, so a new field is noticed rather than dropped without a trace; `ignore` writes the rest of the message. Fields holding no data (`null`, `[]`, `{}`) are skipped either way."),
 				service.NewStringField("partition_spec").Default(""),
 				service.NewStringField("table_location").Default(""),
-				service.NewAnyField("schema_metadata").Optional(),
-				service.NewAnyField("new_column_type_mapping").Optional(),
+				service.NewStringField("schema_metadata").Optional().Description("A metadata key whose value, per message, is a JSON object of field path (`a.b`; a list's element `a.element`) → Iceberg primitive type (`long`, `timestamptz`, `decimal(12, 2)`, …). When a column is added (or the table created) these types win over inference, and a field that is only null so far can be typed. A value that is not such an object fails its message."),
+				service.NewBoolField("require_schema_metadata").Default(false).Description("A message without the `schema_metadata` key fails (as its own fault)."),
+				service.NewBloblangField("new_column_type_mapping").Optional().Description("A Bloblang mapping run on each message; its result, an object of field path → Iceberg primitive type, is merged over the `schema_metadata` types and wins over inference when a column is added. E.g. `root = this.keys().filter(k -> k.has_suffix(\"_at\")).map_each(k -> {(k): \"timestamptz\"}).squash()`."),
 			).Default(map[string]any{}),
 			service.NewObjectField(fCommit,
 				service.NewDurationField("max_snapshot_age").Default("24h").Description("Snapshots older than this are expired, unless the table's `history.expire.max-snapshot-age-ms` or its branch's retention says otherwise (the table's settings win). `0s` turns expiry off."),
@@ -133,8 +133,6 @@ func ConfigSpec() *service.ConfigSpec {
   if this.catalog.auth.aws_sigv4 != null { "` + unsupported["catalog.auth.aws_sigv4"] + `" },
   if this.storage.gcp_cloud_storage != null { "` + unsupported["storage.gcp_cloud_storage"] + `" },
   if this.storage.azure_blob_storage != null { "` + unsupported["storage.azure_blob_storage"] + `" },
-  if this.schema_evolution.schema_metadata != null { "` + unsupported["schema_evolution.schema_metadata"] + `" },
-  if this.schema_evolution.new_column_type_mapping != null { "` + unsupported["schema_evolution.new_column_type_mapping"] + `" },
 ].filter(x -> x != null)`)
 }
 
@@ -169,7 +167,10 @@ type output struct {
 	// Exactly-once positions; nil when off.
 	source *service.InterpolatedString
 	offset *service.InterpolatedString
-	log    *service.Logger
+	// Explicit column types per message; empty / nil when not configured.
+	typesMeta   string
+	typeMapping *bloblang.Executor
+	log         *service.Logger
 
 	rowsInserted   *service.MetricCounter
 	rowsFailed     *service.MetricCounter
@@ -311,9 +312,18 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 			mgr.Logger().Warnf("iceberg output: commit.exactly_once.source %q names no partition; offsets repeat across a topic's partitions, so a source must name one (e.g. '${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }'). Messages repeating a committed position are acknowledged without being written.", raw)
 		}
 	}
+	var typeMapping *bloblang.Executor
+	if conf.Contains(fEvolution, "new_column_type_mapping") {
+		if typeMapping, err = conf.FieldBloblang(fEvolution, "new_column_type_mapping"); err != nil {
+			return nil, err
+		}
+	}
+	typesMeta, _ := conf.FieldString(fEvolution, "schema_metadata")
 	forwardLibfloeLogs(mgr.Logger())
 	m := mgr.Metrics()
 	return &output{
+		typesMeta:      typesMeta,
+		typeMapping:    typeMapping,
 		configJSON:     cfg,
 		namespace:      ns,
 		table:          tbl,
@@ -476,7 +486,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		return err
 	}
 	start := nowNanos()
-	full := floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Operations: ops, Sources: sources, Offsets: offsets}
+	full := floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Operations: ops, Sources: sources, Offsets: offsets, Types: o.types(batch)}
 	res, err := w.Write(ctx, full)
 	o.writeLatency.Timing(nowNanos() - start)
 	if err != nil {
@@ -499,6 +509,62 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	o.countOperations(ops, failures)
 	o.outage.succeeded(o.log)
 	return o.batchError(batch, failures)
+}
+
+// types gives each message's explicit column types (see `schema_metadata` and
+// `new_column_type_mapping`), or nil when neither is configured. A mapping that fails,
+// or a result that is not an object, is handed on as types libfloe refuses, so that
+// message alone fails, saying why.
+func (o *output) types(batch service.MessageBatch) [][]byte {
+	if o.typesMeta == "" && o.typeMapping == nil {
+		return nil
+	}
+	out := make([][]byte, len(batch))
+	for i, m := range batch {
+		merged := map[string]any{}
+		if o.typesMeta != "" {
+			raw, ok := m.MetaGet(o.typesMeta)
+			if ok && o.typeMapping == nil {
+				out[i] = []byte(raw)
+				continue
+			}
+			if ok {
+				if err := json.Unmarshal([]byte(raw), &merged); err != nil {
+					out[i] = []byte(raw)
+					continue
+				}
+			}
+		}
+		if o.typeMapping != nil {
+			res, err := m.BloblangQuery(o.typeMapping)
+			var mapped any
+			if err == nil && res != nil {
+				mapped, err = res.AsStructured()
+			}
+			obj, isObject := mapped.(map[string]any)
+			switch {
+			case err != nil:
+				out[i] = refusedTypes(fmt.Sprintf("new_column_type_mapping failed: %v", err))
+				continue
+			case res != nil && !isObject:
+				out[i] = refusedTypes("new_column_type_mapping must give an object of field path → type")
+				continue
+			}
+			for k, v := range obj {
+				merged[k] = v
+			}
+		}
+		if len(merged) > 0 {
+			out[i], _ = json.Marshal(merged)
+		}
+	}
+	return out
+}
+
+// refusedTypes is a types object libfloe refuses with `why` in its error.
+func refusedTypes(why string) []byte {
+	b, _ := json.Marshal(map[string]string{why: "(no type)"})
+	return b
 }
 
 // retryNotAtFault retries, in this call, the messages that failed for a reason not of
@@ -705,6 +771,10 @@ func toRustConfig(conf *service.ParsedConfig) ([]byte, error) {
 		evo["enabled"] = true
 	}
 	setIf(evo, "unknown_fields", str(fEvolution, "unknown_fields"))
+	setIf(evo, "schema_metadata", str(fEvolution, "schema_metadata"))
+	if b, _ := conf.FieldBool(fEvolution, "require_schema_metadata"); b {
+		evo["require_schema_metadata"] = true
+	}
 	setIf(evo, "partition_spec", str(fEvolution, "partition_spec"))
 	setIf(evo, "table_location", str(fEvolution, "table_location"))
 	out[fEvolution] = evo

@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use crate::catalog::{Catalog, LoadedTable};
 use crate::error::{Error, ErrorKind, Result};
+use crate::shred::infer::TypeHints;
 pub use plan::{Evolution, plan};
 
 /// Schema commits tried before the evolution fails (each conflict means another writer
@@ -108,6 +109,8 @@ fn same_or_promoted(old: &Type, now: &Type) -> bool {
 #[derive(Debug, Clone, Copy)]
 pub struct Matching<'a> {
     pub case_sensitive: bool,
+    /// Explicit types for fields being added.
+    pub hints: &'a TypeHints,
     /// The configured key (`identifier_fields`): never relaxed to optional, like the
     /// table's own identifier fields.
     pub key: &'a [String],
@@ -136,7 +139,7 @@ pub fn plan_for(
         schema,
         (metadata.last_column_id(), next_schema_id),
         messages,
-        matching.case_sensitive,
+        (matching.case_sensitive, matching.hints),
         &key_ids,
     )
 }

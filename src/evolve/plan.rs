@@ -15,7 +15,7 @@ use iceberg::spec::{ListType, MapType, NestedFieldRef, PrimitiveType, Schema, St
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::shred::infer::{Shape, same_name, typed_fields};
+use crate::shred::infer::{Shape, TypeHints, same_name, typed_fields};
 
 /// The evolved schema and what changed, or `None` when the messages need no change.
 pub struct Evolution {
@@ -31,13 +31,14 @@ pub fn plan(
     schema: &Schema,
     (last_column_id, schema_id): (i32, i32),
     messages: &[Value],
-    case_sensitive: bool,
+    (case_sensitive, hints): (bool, &TypeHints),
     keep_required: &[i32],
 ) -> Result<Option<Evolution>> {
     let objects: Vec<&Map<String, Value>> = messages.iter().filter_map(Value::as_object).collect();
     let mut planner = Planner {
         next_id: last_column_id.max(schema.highest_field_id()) + 1,
         case_sensitive,
+        hints,
         identifier_ids: schema
             .identifier_field_ids()
             .chain(keep_required.iter().copied())
@@ -60,14 +61,16 @@ pub fn plan(
     }))
 }
 
-struct Planner {
+struct Planner<'h> {
     next_id: i32,
     case_sensitive: bool,
+    /// Explicit types for fields being added (see [`TypeHints`]).
+    hints: &'h TypeHints,
     identifier_ids: HashSet<i32>,
     changes: Vec<String>,
 }
 
-impl Planner {
+impl Planner<'_> {
     /// A struct's fields evolved for `objects` (its values in the messages), with the
     /// fields no existing one matches added at the end.
     fn evolve_fields(
@@ -126,7 +129,7 @@ impl Planner {
             taken.push(lower);
             !twin
         });
-        for added in typed_fields(&new, &mut self.next_id) {
+        for added in typed_fields(&new, path, self.hints, &mut self.next_id) {
             self.changes.push(format!(
                 "`{}` added as {}",
                 join(path, &added.name),
@@ -301,7 +304,14 @@ mod tests {
     }
 
     fn evolve(s: &Schema, msgs: &[&str]) -> Option<Evolution> {
-        plan(s, (s.highest_field_id(), 1), &values(msgs), true, &[]).unwrap()
+        plan(
+            s,
+            (s.highest_field_id(), 1),
+            &values(msgs),
+            (true, &TypeHints::default()),
+            &[],
+        )
+        .unwrap()
     }
 
     fn base() -> Schema {
@@ -391,20 +401,35 @@ mod tests {
     fn case_insensitive_matching_adds_no_twin_column() {
         let s = base();
         let msgs = values(&[r#"{"ID": 1, "N": 2, "O": {"A": "x"}}"#]);
-        assert!(plan(&s, (11, 1), &msgs, false, &[]).unwrap().is_none());
+        assert!(
+            plan(&s, (11, 1), &msgs, (false, &TypeHints::default()), &[])
+                .unwrap()
+                .is_none()
+        );
         // Case-sensitive, these are not the columns, and no twin column is added for
         // them: only `n` is relaxed (the messages lack it).
-        let e = plan(&s, (11, 1), &msgs, true, &[]).unwrap().unwrap();
+        let e = plan(&s, (11, 1), &msgs, (true, &TypeHints::default()), &[])
+            .unwrap()
+            .unwrap();
         assert_eq!(e.schema.as_struct().fields().len(), 5, "{}", e.schema);
         let twins = values(&[r#"{"id": 1, "n": 1, "New": 1, "new": 2}"#]);
-        let e = plan(&s, (11, 1), &twins, true, &[]).unwrap().unwrap();
+        let e = plan(&s, (11, 1), &twins, (true, &TypeHints::default()), &[])
+            .unwrap()
+            .unwrap();
         assert!(e.schema.field_by_name("New").is_some());
         assert!(e.schema.field_by_name("new").is_none());
     }
 
     #[test]
     fn configured_key_columns_stay_required() {
-        let e = plan(&base(), (11, 1), &values(&[r#"{"id": 1}"#]), true, &[2]).unwrap();
+        let e = plan(
+            &base(),
+            (11, 1),
+            &values(&[r#"{"id": 1}"#]),
+            (true, &TypeHints::default()),
+            &[2],
+        )
+        .unwrap();
         assert!(e.is_none(), "n is part of the key");
     }
 

@@ -197,7 +197,8 @@ pub unsafe extern "C" fn floe_writer_free(writer: *mut FloeWriter) {
 /// likewise (NULL or empty entries: `insert`). `sources`/`source_offsets` and
 /// `message_offsets` carry exactly-once positions (both NULL unless
 /// `commit.exactly_once` is configured): message `i` came from source `sources[i]` at
-/// offset `message_offsets[i]`.
+/// offset `message_offsets[i]`. `types`/`type_offsets` (NULL when the output has no
+/// schema metadata or type mapping) carry each message's explicit column types.
 #[repr(C)]
 pub struct FloeBatch {
     pub data: *const u8,
@@ -216,6 +217,10 @@ pub struct FloeBatch {
     pub source_offsets: *const usize,
     /// Exactly-once: `count` per-message offsets within their source; may be NULL.
     pub message_offsets: *const i64,
+    /// Per-message explicit types (a JSON object of field path → Iceberg type; empty:
+    /// none), same layout as `data`; may be NULL.
+    pub types: *const u8,
+    pub type_offsets: *const usize,
 }
 
 /// What one write did. Free with `floe_batch_result_free`.
@@ -306,6 +311,11 @@ pub unsafe extern "C" fn floe_writer_write(
         let tables = optional_names(batch.tables, batch.table_offsets, batch.count)?;
         let operations = optional_names(batch.operations, batch.operation_offsets, batch.count)?;
         let sources = optional_names(batch.sources, batch.source_offsets, batch.count)?;
+        let types = match batch.type_offsets.is_null() {
+            true => None,
+            // SAFETY: the caller describes the types' memory like the messages'.
+            false => Some(unsafe { strings(batch.types, batch.type_offsets, batch.count) }?),
+        };
         let positions = match (batch.message_offsets.is_null(), batch.count) {
             (true, _) | (false, 0) => None,
             // SAFETY: `count` readable entries by contract.
@@ -329,6 +339,7 @@ pub unsafe extern "C" fn floe_writer_write(
                 operation: pick(&operations, i),
                 source: pick(&sources, i),
                 offset: positions.map(|p| p[i]),
+                types: types.as_ref().map(|t| t[i]).filter(|t| !t.is_empty()),
             })
             .collect();
         // SAFETY: NULL or a live token.

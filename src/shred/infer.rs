@@ -9,12 +9,61 @@
 //! is left out (it holds no data), and guessing would fix a wrong type into the table.
 //! Every inferred field is optional.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use iceberg::spec::{
     ListType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type,
 };
 use serde_json::Value;
+
+/// Explicit types by field path (`a.b`; a list's element is `a.element`), from a
+/// message's schema metadata or the output's type mapping: they win over inference for
+/// fields being added, and type a field whose values are all `null`.
+#[derive(Debug, Default, Clone)]
+pub struct TypeHints(HashMap<String, PrimitiveType>);
+
+impl TypeHints {
+    /// A JSON object of path → Iceberg primitive type (`"long"`, `"timestamptz"`,
+    /// `"decimal(12, 2)"`, …).
+    pub fn parse(json: &[u8]) -> Result<TypeHints, String> {
+        let map: HashMap<String, Value> = serde_json::from_slice(json)
+            .map_err(|e| format!("type hints are not a JSON object: {e}"))?;
+        map.into_iter()
+            .map(|(path, ty)| {
+                let parsed = serde_json::from_value::<PrimitiveType>(ty.clone()).map_err(|_| {
+                    format!("type hint for `{path}`: {ty} is not an Iceberg primitive type")
+                })?;
+                Ok((path, parsed))
+            })
+            .collect::<Result<_, String>>()
+            .map(TypeHints)
+    }
+
+    /// Adds `other`'s hints for paths not hinted yet (the first message's hint wins).
+    pub fn merge(&mut self, other: TypeHints) {
+        for (path, ty) in other.0 {
+            self.0.entry(path).or_insert(ty);
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Option<&PrimitiveType> {
+        self.0.get(path)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// `parent.name`, or `name` at the top level.
+pub fn child_path(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_string()
+    } else {
+        format!("{parent}.{name}")
+    }
+}
 
 /// Whether a value holds data: anything but `null`, or arrays and objects of only those.
 pub fn holds_data(v: &Value) -> bool {
@@ -97,18 +146,29 @@ impl Shape {
         }
     }
 
-    /// Whether a type can be chosen: some value held data.
-    pub fn is_typed(&self) -> bool {
+    /// Whether a type can be chosen for the field at `path`: some value held data, or
+    /// a hint names its type.
+    pub fn is_typed(&self, path: &str, hints: &TypeHints) -> bool {
         match self {
-            Shape::Unknown => false,
-            Shape::Struct(fields) => fields.iter().any(|(_, s)| s.is_typed()),
-            Shape::List(element) => element.is_typed(),
+            Shape::Unknown => hints.get(path).is_some(),
+            Shape::Struct(fields) => fields
+                .iter()
+                .any(|(name, s)| s.is_typed(&child_path(path, name), hints)),
+            Shape::List(element) => element.is_typed(&child_path(path, "element"), hints),
             _ => true,
         }
     }
 
-    /// The Iceberg type, with field ids taken from `next_id`; `None` when untyped.
-    pub fn to_type(&self, next_id: &mut i32) -> Option<Type> {
+    /// The Iceberg type of the field at `path` (a hint for it wins over a primitive
+    /// shape), with field ids taken from `next_id`; `None` when untyped.
+    pub fn to_type(&self, path: &str, hints: &TypeHints, next_id: &mut i32) -> Option<Type> {
+        if let (
+            Some(hinted),
+            Shape::Unknown | Shape::Bool | Shape::Long | Shape::Double | Shape::String,
+        ) = (hints.get(path), self)
+        {
+            return Some(Type::Primitive(hinted.clone()));
+        }
         Some(match self {
             Shape::Unknown => return None,
             Shape::Bool => Type::Primitive(PrimitiveType::Boolean),
@@ -116,18 +176,19 @@ impl Shape {
             Shape::Double => Type::Primitive(PrimitiveType::Double),
             Shape::String => Type::Primitive(PrimitiveType::String),
             Shape::Struct(fields) => {
-                let fields = typed_fields(fields, next_id);
+                let fields = typed_fields(fields, path, hints, next_id);
                 if fields.is_empty() {
                     return None;
                 }
                 Type::Struct(StructType::new(fields))
             }
             Shape::List(element) => {
-                if !element.is_typed() {
+                let element_path = child_path(path, "element");
+                if !element.is_typed(&element_path, hints) {
                     return None;
                 }
                 let id = take_id(next_id);
-                let ty = element.to_type(next_id)?;
+                let ty = element.to_type(&element_path, hints, next_id)?;
                 Type::List(ListType::new(Arc::new(NestedField::list_element(
                     id, ty, false,
                 ))))
@@ -145,16 +206,25 @@ pub fn same_name(a: &str, b: &str, case_sensitive: bool) -> bool {
     }
 }
 
-/// Optional fields for the typed `shapes`. The fields of a struct take their ids before
-/// any nested field does, as Iceberg assigns them.
-pub fn typed_fields(shapes: &[(String, Shape)], next_id: &mut i32) -> Vec<NestedFieldRef> {
-    let typed: Vec<&(String, Shape)> = shapes.iter().filter(|(_, s)| s.is_typed()).collect();
+/// Optional fields for the typed `shapes` of the struct at `path`. The fields of a
+/// struct take their ids before any nested field does, as Iceberg assigns them.
+pub fn typed_fields(
+    shapes: &[(String, Shape)],
+    path: &str,
+    hints: &TypeHints,
+    next_id: &mut i32,
+) -> Vec<NestedFieldRef> {
+    let typed: Vec<(String, &String, &Shape)> = shapes
+        .iter()
+        .map(|(name, s)| (child_path(path, name), name, s))
+        .filter(|(p, _, s)| s.is_typed(p, hints))
+        .collect();
     let ids: Vec<i32> = typed.iter().map(|_| take_id(next_id)).collect();
     typed
         .into_iter()
         .zip(ids)
-        .filter_map(|((name, shape), id)| {
-            let ty = shape.to_type(next_id)?;
+        .filter_map(|((field_path, name, shape), id)| {
+            let ty = shape.to_type(&field_path, hints, next_id)?;
             Some(Arc::new(NestedField::optional(id, name.clone(), ty)))
         })
         .collect()
@@ -171,6 +241,7 @@ fn take_id(next_id: &mut i32) -> i32 {
 pub fn infer_schema<'m>(
     messages: impl IntoIterator<Item = &'m [u8]>,
     case_sensitive: bool,
+    hints: &TypeHints,
 ) -> Result<Schema, String> {
     let mut merged: Option<Shape> = None;
     for bytes in messages {
@@ -186,7 +257,7 @@ pub fn infer_schema<'m>(
     let Some(Shape::Struct(fields)) = merged else {
         return Err("no message of the batch is a JSON object to infer a schema from".into());
     };
-    let fields = typed_fields(&fields, &mut 1);
+    let fields = typed_fields(&fields, "", hints, &mut 1);
     if fields.is_empty() {
         return Err("no field with a non-null value to infer a schema from".into());
     }
@@ -201,7 +272,12 @@ mod tests {
     use super::*;
 
     fn infer(msgs: &[&str]) -> Schema {
-        infer_schema(msgs.iter().map(|m| m.as_bytes()), true).unwrap()
+        infer_schema(
+            msgs.iter().map(|m| m.as_bytes()),
+            true,
+            &TypeHints::default(),
+        )
+        .unwrap()
     }
 
     fn type_of(schema: &Schema, name: &str) -> String {
@@ -259,15 +335,49 @@ mod tests {
 
     #[test]
     fn case_insensitive_names_are_one_field() {
-        let schema =
-            infer_schema([br#"{"Name": "a"}"#.as_slice(), br#"{"name": "b"}"#], false).unwrap();
+        let schema = infer_schema(
+            [br#"{"Name": "a"}"#.as_slice(), br#"{"name": "b"}"#],
+            false,
+            &TypeHints::default(),
+        )
+        .unwrap();
         assert_eq!(schema.as_struct().fields().len(), 1);
     }
 
     #[test]
     fn refuses_batches_with_nothing_to_infer() {
-        assert!(infer_schema(vec![b"[1]".as_slice()], true).is_err());
-        assert!(infer_schema(vec![br#"{"a": null}"#.as_slice()], true).is_err());
+        assert!(infer_schema(vec![b"[1]".as_slice()], true, &TypeHints::default()).is_err());
+        assert!(
+            infer_schema(
+                vec![br#"{"a": null}"#.as_slice()],
+                true,
+                &TypeHints::default()
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn hints_win_over_inference_and_type_null_fields() {
+        let hints = TypeHints::parse(
+            br#"{"ts": "timestamptz", "o.amount": "decimal(12, 2)", "n": "int", "l.element": "float"}"#,
+        )
+        .unwrap();
+        let schema = infer_schema(
+            [
+                br#"{"ts": "2026-12-01T00:00:00Z", "o": {"amount": 1.5}, "n": null, "l": [1]}"#
+                    .as_slice(),
+            ],
+            true,
+            &hints,
+        )
+        .unwrap();
+        assert_eq!(type_of(&schema, "ts"), "timestamptz");
+        assert_eq!(type_of(&schema, "o.amount"), "decimal(12, 2)");
+        assert_eq!(type_of(&schema, "n"), "int");
+        assert_eq!(type_of(&schema, "l.element"), "float");
+        assert!(TypeHints::parse(br#"{"x": "nonsense"}"#).is_err());
+        assert!(TypeHints::parse(b"[1]").is_err());
     }
 
     #[test]
