@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 // Bumped whenever a signature or struct layout in `floe.h` changes incompatibly.
-#define FLOE_ABI_VERSION 4
+#define FLOE_ABI_VERSION 5
 
 // Result of every fallible call. Numbers are stable; new ones are only appended.
 enum floe_status

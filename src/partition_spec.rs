@@ -78,6 +78,15 @@ fn default_name(transform: Transform, column: &str) -> String {
 
 /// Parses `text` against `schema`. `()` or an empty string is the unpartitioned spec.
 pub fn parse_partition_spec(text: &str, schema: &Schema) -> Result<UnboundPartitionSpec> {
+    parse_spec(text, schema, true)
+}
+
+/// [`parse_partition_spec`], columns matched as `case_sensitive_columns` says.
+pub fn parse_spec(
+    text: &str,
+    schema: &Schema,
+    case_sensitive: bool,
+) -> Result<UnboundPartitionSpec> {
     let inner = text.trim();
     let inner = inner
         .strip_prefix('(')
@@ -86,7 +95,11 @@ pub fn parse_partition_spec(text: &str, schema: &Schema) -> Result<UnboundPartit
     let mut builder = UnboundPartitionSpec::builder().with_spec_id(0);
     for term in split_top_level(inner) {
         let (transform, column, alias) = parse_term(term)?;
-        let source = schema.field_by_name(&column).ok_or_else(|| {
+        let found = match case_sensitive {
+            true => schema.field_by_name(&column),
+            false => schema.field_by_name_case_insensitive(&column),
+        };
+        let source = found.ok_or_else(|| {
             Error::config(format!(
                 "partition_spec: column {column:?} is not in the table schema"
             ))
@@ -100,9 +113,9 @@ pub fn parse_partition_spec(text: &str, schema: &Schema) -> Result<UnboundPartit
 /// Refuses a configured spec other than the table's own: floe writes under the table's
 /// spec and does not change it, so a config asking for another one is a mistake to
 /// report, not to ignore. Field names (aliases) do not matter; sources and transforms do.
-pub fn check_table_spec(text: &str, metadata: &TableMetadata) -> Result<()> {
+pub fn check_table_spec(text: &str, metadata: &TableMetadata, case_sensitive: bool) -> Result<()> {
     let schema = metadata.current_schema();
-    let wanted = parse_partition_spec(text, schema)?;
+    let wanted = parse_spec(text, schema, case_sensitive)?;
     let terms = |fields: Vec<(i32, Transform)>| -> Vec<String> {
         fields
             .into_iter()
@@ -130,7 +143,13 @@ pub fn check_table_spec(text: &str, metadata: &TableMetadata) -> Result<()> {
             .map(|f| (f.source_id, f.transform))
             .collect(),
     );
-    if table == config {
+    // The order of a spec's fields does not change where rows go.
+    let sorted = |terms: &[String]| {
+        let mut terms = terms.to_vec();
+        terms.sort();
+        terms
+    };
+    if sorted(&table) == sorted(&config) {
         return Ok(());
     }
     Err(Error::config(format!(

@@ -29,7 +29,7 @@ use crate::commit::offsets::SourceOffsets;
 use crate::config::{CatalogKind, Config, MergeStrategy, UnknownFieldPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::evolve;
-use crate::partition_spec::{check_table_spec, parse_partition_spec};
+use crate::partition_spec::{check_table_spec, parse_spec};
 use crate::shred::infer::TypeHints;
 use crate::shred::{DecodeOptions, MessageError, Shredder, UnknownFields};
 use crate::stats::StatsSnapshot;
@@ -111,6 +111,13 @@ impl Writer {
 
     /// Opens the catalog the config names (without touching any table yet).
     pub async fn open(config: Config) -> Result<Self> {
+        let evolution = &config.schema_evolution;
+        if evolution.require_schema_metadata && evolution.schema_metadata.is_none() {
+            return Err(Error::config(
+                "schema_evolution.require_schema_metadata needs schema_evolution.schema_metadata \
+                 (the metadata key holding the types)",
+            ));
+        }
         let io_props = file_io_props(&config.storage);
         let catalog: Arc<dyn Catalog> = match config.catalog_kind()? {
             CatalogKind::Rest { url } => {
@@ -179,6 +186,8 @@ impl Writer {
     fn check_types(&self, i: usize, m: &Message<'_>) -> Option<Error> {
         let evolution = &self.config.schema_evolution;
         let problem = match m.types {
+            // A delete needs only its key: it never adds a column.
+            _ if matches!(RowOp::parse(m.operation), Ok(RowOp::Delete)) => return None,
             Some(json) => TypeHints::parse(json).err()?,
             None if evolution.require_schema_metadata => format!(
                 "no schema metadata (`{}`), which schema_evolution.require_schema_metadata asks for",
@@ -318,7 +327,10 @@ impl Writer {
             .map_err(|e| match e.kind() {
                 // A table named by the message that does not exist (and may not be
                 // created): the message's own fault, like a field that does not convert.
-                ErrorKind::NotFound if messages[idx[0]].table.is_some() => {
+                // Likewise a table named by the message that this config cannot write
+                // (another partition spec): the message goes to the dead letters rather
+                // than stalling the pipeline.
+                ErrorKind::NotFound | ErrorKind::Config if messages[idx[0]].table.is_some() => {
                     Error::new(ErrorKind::Data, e.to_string())
                 }
                 _ => e,
@@ -648,7 +660,8 @@ impl Writer {
         let table = match self.catalog.load_table(ident).await? {
             Some(t) => {
                 if let Some(spec) = self.config.schema_evolution.partition_spec.as_deref() {
-                    check_table_spec(spec, &t.metadata).map_err(|e| e.context(ident))?;
+                    check_table_spec(spec, &t.metadata, self.config.case_sensitive_columns)
+                        .map_err(|e| e.context(ident))?;
                 }
                 t
             }
@@ -709,10 +722,23 @@ impl Writer {
                 .map_err(|e| Error::new(ErrorKind::Data, format!("cannot create {ident}: {e}")))?
             }
         };
+        if let Some(name) = crate::shred::infer::nanosecond_field(&schema) {
+            return Err(Error::new(
+                ErrorKind::Data,
+                format!(
+                    "cannot create {ident}: `{name}` is a nanosecond timestamp, which needs a v3 \
+                     table; floe creates v2 tables (create it as v3 with another tool)"
+                ),
+            ));
+        }
         // Tables floe creates register the key: readers (and later writers) find it there.
         let schema = with_identifier_fields(schema, &self.config.identifier_fields)?;
         let partition_spec = match evolution.partition_spec.as_deref() {
-            Some(text) => Some(parse_partition_spec(text, &schema)?),
+            Some(text) => Some(parse_spec(
+                text,
+                &schema,
+                self.config.case_sensitive_columns,
+            )?),
             None => None,
         };
         let location = evolution.table_location.as_deref().map(|prefix| {

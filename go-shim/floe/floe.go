@@ -18,7 +18,7 @@ import (
 )
 
 // ABIVersion is the C ABI version this binding was written for.
-const ABIVersion = 4
+const ABIVersion = 5
 
 // Status mirrors floe_status.
 type Status uint32

@@ -93,6 +93,7 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewBoolField("enabled").Default(false).Description("Create the namespace and table when missing, and evolve the schema on write: new fields become optional columns at any depth (struct fields, list elements, map values), a null in a required column makes it optional (never an identifier field), and int → long, float → double and decimal precision widen when a value needs it. One schema update per change, before the data that needs it; concurrent writers converge."),
 				service.NewStringEnumField("unknown_fields", "error", "ignore").Optional().Description("Without evolution: what a JSON field that is not a column does. `error` (the default) fails the message with an error naming the field, so a new field is noticed rather than dropped without a trace; `ignore` writes the rest of the message. Fields holding no data (`null`, `[]`, `{}`) are skipped either way."),
 				service.NewStringField("partition_spec").Default(""),
+				service.NewAnyField("schema").Optional().Description("The schema of tables floe creates, as Iceberg schema JSON (an object with `type: struct` and `fields`); inferred from the first batch when absent."),
 				service.NewStringField("table_location").Default(""),
 				service.NewStringField("schema_metadata").Optional().Description("A metadata key whose value, per message, is a JSON object of field path (`a.b`; a list's element `a.element`) → Iceberg primitive type (`long`, `timestamptz`, `decimal(12, 2)`, …). When a column is added (or the table created) these types win over inference, and a field that is only null so far can be typed. A value that is not such an object fails its message."),
 				service.NewBoolField("require_schema_metadata").Default(false).Description("A message without the `schema_metadata` key fails (as its own fault)."),
@@ -169,6 +170,7 @@ type output struct {
 	offset *service.InterpolatedString
 	// Explicit column types per message; empty / nil when not configured.
 	typesMeta   string
+	requireMeta bool
 	typeMapping *bloblang.Executor
 	log         *service.Logger
 
@@ -319,10 +321,15 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 		}
 	}
 	typesMeta, _ := conf.FieldString(fEvolution, "schema_metadata")
+	requireMeta, _ := conf.FieldBool(fEvolution, "require_schema_metadata")
+	if requireMeta && typesMeta == "" {
+		return nil, errors.New("schema_evolution.require_schema_metadata needs schema_evolution.schema_metadata (the metadata key holding the types)")
+	}
 	forwardLibfloeLogs(mgr.Logger())
 	m := mgr.Metrics()
 	return &output{
 		typesMeta:      typesMeta,
+		requireMeta:    requireMeta,
 		typeMapping:    typeMapping,
 		configJSON:     cfg,
 		namespace:      ns,
@@ -524,15 +531,20 @@ func (o *output) types(batch service.MessageBatch) [][]byte {
 		merged := map[string]any{}
 		if o.typesMeta != "" {
 			raw, ok := m.MetaGet(o.typesMeta)
-			if ok && o.typeMapping == nil {
+			switch {
+			case !ok && o.requireMeta:
+				out[i] = refusedTypes(fmt.Sprintf("no schema metadata %q, which require_schema_metadata asks for", o.typesMeta))
+				continue
+			case ok && o.typeMapping == nil:
 				out[i] = []byte(raw)
 				continue
-			}
-			if ok {
-				if err := json.Unmarshal([]byte(raw), &merged); err != nil {
+			case ok:
+				var fromMeta map[string]any
+				if err := json.Unmarshal([]byte(raw), &fromMeta); err != nil || fromMeta == nil {
 					out[i] = []byte(raw)
 					continue
 				}
+				merged = fromMeta
 			}
 		}
 		if o.typeMapping != nil {
@@ -637,6 +649,12 @@ func subset(b floe.Batch, idx []int) floe.Batch {
 		out.Offsets = make([]int64, len(idx))
 		for j, i := range idx {
 			out.Offsets[j] = b.Offsets[i]
+		}
+	}
+	if b.Types != nil {
+		out.Types = make([][]byte, len(idx))
+		for j, i := range idx {
+			out.Types[j] = b.Types[i]
 		}
 	}
 	return out
@@ -771,9 +789,14 @@ func toRustConfig(conf *service.ParsedConfig) ([]byte, error) {
 		evo["enabled"] = true
 	}
 	setIf(evo, "unknown_fields", str(fEvolution, "unknown_fields"))
+	// require_schema_metadata is enforced here, where the metadata is (see types).
 	setIf(evo, "schema_metadata", str(fEvolution, "schema_metadata"))
-	if b, _ := conf.FieldBool(fEvolution, "require_schema_metadata"); b {
-		evo["require_schema_metadata"] = true
+	if conf.Contains(fEvolution, "schema") {
+		schema, err := conf.FieldAny(fEvolution, "schema")
+		if err != nil {
+			return nil, err
+		}
+		evo["schema"] = schema
 	}
 	setIf(evo, "partition_spec", str(fEvolution, "partition_spec"))
 	setIf(evo, "table_location", str(fEvolution, "table_location"))

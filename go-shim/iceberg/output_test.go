@@ -353,3 +353,55 @@ func TestCountOnlyBatchPolicyGetsAPeriod(t *testing.T) {
 		t.Fatalf("backoff is capped: %v", d)
 	}
 }
+
+// Explicit types per message: metadata merged under the mapping's result, a missing
+// key refused when required, a `null` metadata value refused (it crashed the merge),
+// and retried subsets keep their types.
+func TestTypesFromMetadataAndMapping(t *testing.T) {
+	conf, err := ConfigSpec().ParseYAML(`
+namespace: a
+table: b
+schema_evolution:
+  enabled: true
+  schema_metadata: types
+  require_schema_metadata: true
+  new_column_type_mapping: 'root = {"ts": "timestamptz"}'
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := newOutput(conf, service.MockResources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := func(meta string, set bool) *service.Message {
+		m := service.NewMessage([]byte(`{"ts": "2026-12-01T00:00:00Z"}`))
+		if set {
+			m.MetaSetMut("types", meta)
+		}
+		return m
+	}
+	got := out.types(service.MessageBatch{
+		msg(`{"price": "decimal(10, 2)", "ts": "string"}`, true),
+		msg("", false),
+		msg("null", true),
+	})
+	var merged map[string]string
+	if err := json.Unmarshal(got[0], &merged); err != nil || merged["price"] != "decimal(10, 2)" || merged["ts"] != "timestamptz" {
+		t.Fatalf("the mapping wins over the metadata: %s", got[0])
+	}
+	if !strings.Contains(string(got[1]), "require_schema_metadata") {
+		t.Fatalf("a missing key must be refused: %s", got[1])
+	}
+	if string(got[2]) != "null" {
+		t.Fatalf("a null metadata value must reach libfloe as given (refused there): %s", got[2])
+	}
+	full := floe.Batch{Messages: [][]byte{[]byte("{}"), []byte("{}")}, Types: [][]byte{[]byte("a"), []byte("b")}}
+	if s := subset(full, []int{1}); len(s.Types) != 1 || string(s.Types[0]) != "b" {
+		t.Fatalf("a retried subset keeps its types: %q", s.Types)
+	}
+	bad, _ := ConfigSpec().ParseYAML("namespace: a\ntable: b\nschema_evolution: {require_schema_metadata: true}\n", nil)
+	if _, err := newOutput(bad, service.MockResources()); err == nil || !strings.Contains(err.Error(), "schema_metadata") {
+		t.Fatalf("require_schema_metadata without a key must be refused: %v", err)
+	}
+}

@@ -14,7 +14,7 @@ pub mod plan;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use iceberg::spec::{NestedFieldRef, PrimitiveType, TableMetadata, Type};
+use iceberg::spec::{FormatVersion, NestedFieldRef, PrimitiveType, TableMetadata, Type};
 use iceberg::{TableIdent, TableRequirement, TableUpdate};
 use serde_json::Value;
 
@@ -64,7 +64,7 @@ pub fn compatible(metadata: &TableMetadata, schema_id: i32) -> bool {
 }
 
 /// A field and every field nested in it.
-fn nested(field: &NestedFieldRef) -> Vec<NestedFieldRef> {
+pub(crate) fn nested(field: &NestedFieldRef) -> Vec<NestedFieldRef> {
     let mut out = vec![field.clone()];
     match field.field_type.as_ref() {
         Type::Struct(s) => s.fields().iter().for_each(|f| out.extend(nested(f))),
@@ -135,13 +135,24 @@ pub fn plan_for(
         .iter()
         .filter_map(|name| schema.field_by_name(name).map(|f| f.id))
         .collect();
-    plan(
+    let evolution = plan(
         schema,
         (metadata.last_column_id(), next_schema_id),
         messages,
         (matching.case_sensitive, matching.hints),
         &key_ids,
-    )
+    )?;
+    // An explicit type may ask for what the table's format cannot hold.
+    if let Some(e) = &evolution
+        && metadata.format_version() < FormatVersion::V3
+        && let Some(name) = crate::shred::infer::nanosecond_field(&e.schema)
+    {
+        return Err(Error::new(
+            ErrorKind::Data,
+            format!("`{name}` would be a nanosecond timestamp, which needs a v3 table"),
+        ));
+    }
+    Ok(evolution)
 }
 
 /// Evolves the table's schema until it holds `messages` (see the module docs), and

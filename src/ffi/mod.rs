@@ -20,7 +20,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use crate::error::{Error, ErrorKind};
 
 /// Bumped whenever a signature or struct layout in `floe.h` changes incompatibly.
-pub const FLOE_ABI_VERSION: u32 = 4;
+pub const FLOE_ABI_VERSION: u32 = 5;
 
 /// Result of every fallible call. Numbers are stable; new ones are only appended.
 #[repr(u32)]

@@ -285,12 +285,12 @@ pub fn parse_timestamp(text: &str, with_zone: bool) -> Result<i64, String> {
 /// every digit kept; years 1677 to 2262 fit.
 pub fn parse_timestamp_ns(text: &str, with_zone: bool) -> Result<i64, String> {
     let (seconds, nanos) = parse_timestamp_parts(text, with_zone)?;
-    seconds
-        .checked_mul(1_000_000_000)
-        .and_then(|s| s.checked_add(nanos))
-        .ok_or_else(|| {
-            format!("{text:?} is out of range for a nanosecond timestamp (years 1677 to 2262)")
-        })
+    i64::try_from(i128::from(seconds) * 1_000_000_000 + i128::from(nanos)).map_err(|_| {
+        format!(
+            "{text:?} is out of range for a nanosecond timestamp \
+             (1677-09-21T00:12:43.145224192Z to 2262-04-11T23:47:16.854775807Z)"
+        )
+    })
 }
 
 /// An epoch number in `unit` to nanoseconds. Integers stay integers; a fraction is
@@ -306,18 +306,44 @@ pub fn epoch_to_nanos(text: &str, unit: EpochUnit) -> Result<i64, String> {
         };
         return v.checked_mul(factor).ok_or_else(overflow);
     }
-    let v = parse_f64(text)?;
-    let nanos = match unit {
-        EpochUnit::S => v * 1e9,
-        EpochUnit::Ms => v * 1e6,
-        EpochUnit::Us => v * 1e3,
-        EpochUnit::Ns => v,
+    let digits = match unit {
+        EpochUnit::S => 9,
+        EpochUnit::Ms => 6,
+        EpochUnit::Us => 3,
+        EpochUnit::Ns => 0,
     };
+    // A plain decimal is scaled exactly (digits past the nanosecond dropped); only an
+    // exponent form goes through floating point.
+    if let Some(nanos) = scaled_decimal(text, digits) {
+        return i64::try_from(nanos).map_err(|_| overflow());
+    }
+    let v = parse_f64(text)?;
+    let nanos = v * 10f64.powi(digits as i32);
     if nanos.is_finite() && nanos.abs() < 9.2e18 {
         Ok(nanos.round() as i64)
     } else {
         Err(overflow())
     }
+}
+
+/// `text` (`-?digits[.digits]`) times 10^`digits`, exactly, truncating further
+/// fraction digits; `None` for any other form.
+fn scaled_decimal(text: &str, digits: u32) -> Option<i128> {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (integer, fraction) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+    let plain = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if integer.is_empty() || integer.len() > 20 || !plain(integer) || !plain(fraction) {
+        return None;
+    }
+    let kept = &fraction[..fraction.len().min(digits as usize)];
+    let mut value: i128 = integer.parse::<i128>().ok()? * 10i128.pow(digits);
+    if !kept.is_empty() {
+        value += kept.parse::<i128>().ok()? * 10i128.pow(digits - kept.len() as u32);
+    }
+    Some(if negative { -value } else { value })
 }
 
 /// An epoch number in `unit` to microseconds. Integers stay integers; a fraction is
@@ -447,6 +473,18 @@ mod tests {
         assert_eq!(epoch_to_nanos("1500", EpochUnit::Ms), Ok(1_500_000_000));
         assert_eq!(epoch_to_nanos("1.5", EpochUnit::Us), Ok(1_500));
         assert!(epoch_to_nanos("9300000000", EpochUnit::S).is_err());
+        // Fractions are exact, not rounded through a double.
+        assert_eq!(
+            epoch_to_nanos("1700000000.123456789", EpochUnit::S),
+            Ok(1_700_000_000_123_456_789)
+        );
+        assert_eq!(epoch_to_nanos("-1.5", EpochUnit::S), Ok(-1_500_000_000));
+        assert_eq!(epoch_to_nanos("1e3", EpochUnit::Ms), Ok(1_000_000_000));
+        // The lowest nanosecond timestamp fits.
+        assert_eq!(
+            parse_timestamp_ns("1677-09-21T00:12:43.145224192Z", true),
+            Ok(i64::MIN)
+        );
     }
 
     #[test]

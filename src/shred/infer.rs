@@ -34,6 +34,14 @@ impl TypeHints {
                 let parsed = serde_json::from_value::<PrimitiveType>(ty.clone()).map_err(|_| {
                     format!("type hint for `{path}`: {ty} is not an Iceberg primitive type")
                 })?;
+                if let PrimitiveType::Decimal { precision, scale } = parsed
+                    && (!(1..=38).contains(&precision) || scale > precision)
+                {
+                    return Err(format!(
+                        "type hint for `{path}`: decimal({precision}, {scale}) needs a precision \
+                         of 1 to 38 and a scale no larger"
+                    ));
+                }
                 Ok((path, parsed))
             })
             .collect::<Result<_, String>>()
@@ -54,6 +62,22 @@ impl TypeHints {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+}
+
+/// A field of `schema` with a nanosecond timestamp type, which only v3 tables hold.
+pub fn nanosecond_field(schema: &Schema) -> Option<String> {
+    schema
+        .as_struct()
+        .fields()
+        .iter()
+        .flat_map(crate::evolve::nested)
+        .find(|f| {
+            matches!(
+                f.field_type.as_ref(),
+                Type::Primitive(PrimitiveType::TimestampNs | PrimitiveType::TimestamptzNs)
+            )
+        })
+        .and_then(|f| schema.name_by_field_id(f.id).map(str::to_string))
 }
 
 /// `parent.name`, or `name` at the top level.
