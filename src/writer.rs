@@ -181,6 +181,19 @@ impl Writer {
         table_ident(ns, table)
     }
 
+    /// A message's explicit types (checked on entry to the call: malformed ones failed
+    /// it), matched to paths as columns are.
+    fn message_hints(&self, m: &Message<'_>) -> TypeHints {
+        let hints = m
+            .types
+            .and_then(|json| TypeHints::parse(json).ok())
+            .unwrap_or_default();
+        match self.config.case_sensitive_columns {
+            true => hints,
+            false => hints.case_insensitive(),
+        }
+    }
+
     /// A message's explicit types must parse; with `require_schema_metadata` they must
     /// be there.
     fn check_types(&self, i: usize, m: &Message<'_>) -> Option<Error> {
@@ -589,7 +602,7 @@ impl Writer {
             if let Ok(v) = serde_json::from_slice(m.payload) {
                 values.push(v);
             }
-            hints.merge(message_hints(m));
+            hints.merge(self.message_hints(m));
         }
         let matching = evolve::Matching {
             case_sensitive: self.config.case_sensitive_columns,
@@ -710,7 +723,7 @@ impl Writer {
                 let mut hints = TypeHints::default();
                 let payloads: Vec<&[u8]> = sample
                     .map(|m| {
-                        hints.merge(message_hints(m));
+                        hints.merge(self.message_hints(m));
                         m.payload
                     })
                     .collect();
@@ -911,13 +924,6 @@ fn shred_guarded(
         failures,
         field_failures,
     })
-}
-
-/// A message's explicit types (checked on entry to the call: malformed ones failed it).
-fn message_hints(m: &Message<'_>) -> TypeHints {
-    m.types
-        .and_then(|json| TypeHints::parse(json).ok())
-        .unwrap_or_default()
 }
 
 /// A message's operation (checked on entry to the call).

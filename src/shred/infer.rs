@@ -21,7 +21,11 @@ use serde_json::Value;
 /// message's schema metadata or the output's type mapping: they win over inference for
 /// fields being added, and type a field whose values are all `null`.
 #[derive(Debug, Default, Clone)]
-pub struct TypeHints(HashMap<String, PrimitiveType>);
+pub struct TypeHints {
+    types: HashMap<String, PrimitiveType>,
+    /// Paths compare lower-cased (`case_sensitive_columns: false`).
+    folded: bool,
+}
 
 impl TypeHints {
     /// A JSON object of path → Iceberg primitive type (`"long"`, `"timestamptz"`,
@@ -45,22 +49,44 @@ impl TypeHints {
                 Ok((path, parsed))
             })
             .collect::<Result<_, String>>()
-            .map(TypeHints)
+            .map(|types| TypeHints {
+                types,
+                folded: false,
+            })
+    }
+
+    /// The same hints, their paths matched whatever their case (as columns are with
+    /// `case_sensitive_columns: false`).
+    pub fn case_insensitive(self) -> TypeHints {
+        TypeHints {
+            types: self
+                .types
+                .into_iter()
+                .map(|(path, ty)| (path.to_lowercase(), ty))
+                .collect(),
+            folded: true,
+        }
     }
 
     /// Adds `other`'s hints for paths not hinted yet (the first message's hint wins).
     pub fn merge(&mut self, other: TypeHints) {
-        for (path, ty) in other.0 {
-            self.0.entry(path).or_insert(ty);
+        if self.types.is_empty() {
+            self.folded = other.folded;
+        }
+        for (path, ty) in other.types {
+            self.types.entry(path).or_insert(ty);
         }
     }
 
     pub fn get(&self, path: &str) -> Option<&PrimitiveType> {
-        self.0.get(path)
+        match self.folded {
+            true => self.types.get(&path.to_lowercase()),
+            false => self.types.get(path),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.types.is_empty()
     }
 }
 
@@ -401,6 +427,11 @@ mod tests {
         assert_eq!(type_of(&schema, "n"), "int");
         assert_eq!(type_of(&schema, "l.element"), "float");
         assert!(TypeHints::parse(br#"{"x": "nonsense"}"#).is_err());
+        assert!(TypeHints::parse(br#"{"x": "decimal(39, 2)"}"#).is_err());
+        let folded = TypeHints::parse(br#"{"Meta.At": "date"}"#)
+            .unwrap()
+            .case_insensitive();
+        assert!(folded.get("meta.at").is_some() && folded.get("META.AT").is_some());
         assert!(TypeHints::parse(b"[1]").is_err());
     }
 
