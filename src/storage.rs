@@ -72,3 +72,43 @@ mod tests {
         assert!(location_url("./w").unwrap().ends_with("/w"));
     }
 }
+
+/// With `storage.aws_s3.bucket` set, a table's files must be in that bucket: the field
+/// says where the data goes, so a table (or warehouse) elsewhere is refused instead of
+/// the setting being ignored.
+pub fn check_bucket(storage: &crate::config::StorageConfig, location: &str) -> crate::Result<()> {
+    let Some(bucket) = storage.aws_s3.as_ref().and_then(|s3| s3.bucket.as_deref()) else {
+        return Ok(());
+    };
+    let in_bucket = ["s3://", "s3a://", "s3n://"].iter().any(|scheme| {
+        location
+            .strip_prefix(scheme)
+            .is_some_and(|rest| rest.split('/').next() == Some(bucket))
+    });
+    if in_bucket {
+        return Ok(());
+    }
+    Err(crate::Error::config(format!(
+        "storage.aws_s3.bucket is {bucket:?}, but the table's location is {location}; point the \
+         catalog (or catalog.warehouse: s3://{bucket}/…) at that bucket, or remove the setting"
+    )))
+}
+
+#[cfg(test)]
+mod bucket_tests {
+    use super::check_bucket;
+    use crate::config::Config;
+
+    #[test]
+    fn a_configured_bucket_must_hold_the_table() {
+        let with = Config::from_json(r#"{"storage": {"aws_s3": {"bucket": "lake"}}}"#).unwrap();
+        assert!(check_bucket(&with.storage, "s3://lake/wh/ns/t").is_ok());
+        assert!(check_bucket(&with.storage, "s3a://lake/t").is_ok());
+        let e = check_bucket(&with.storage, "s3://other/wh/t").unwrap_err();
+        assert!(e.to_string().contains("\"lake\""), "{e}");
+        assert!(check_bucket(&with.storage, "file:///tmp/wh/t").is_err());
+        assert!(check_bucket(&with.storage, "s3://lakehouse/t").is_err());
+        let without = Config::from_json("{}").unwrap();
+        assert!(check_bucket(&without.storage, "file:///tmp/wh/t").is_ok());
+    }
+}

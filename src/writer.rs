@@ -33,7 +33,7 @@ use crate::partition_spec::{check_table_spec, parse_spec};
 use crate::shred::infer::TypeHints;
 use crate::shred::{DecodeOptions, MessageError, Shredder, UnknownFields};
 use crate::stats::StatsSnapshot;
-use crate::storage::{build_file_io, file_io_props, location_url};
+use crate::storage::{build_file_io, check_bucket, file_io_props, location_url};
 
 /// One message of a batch, with the table it goes to when the host evaluated one.
 #[derive(Debug, Clone, Copy)]
@@ -125,6 +125,9 @@ impl Writer {
             }
             CatalogKind::Embedded { database } => {
                 let warehouse = location_url(config.warehouse_or_default())?;
+                // Tables go in the warehouse: it must be in the configured bucket.
+                check_bucket(&config.storage, &warehouse)
+                    .map_err(|e| e.context("catalog.warehouse"))?;
                 let name = config.catalog.name.as_deref().unwrap_or("floe");
                 Arc::new(SqlCatalog::open(
                     &database,
@@ -672,6 +675,8 @@ impl Writer {
     ) -> Result<TableHandle> {
         let table = match self.catalog.load_table(ident).await? {
             Some(t) => {
+                check_bucket(&self.config.storage, t.metadata.location())
+                    .map_err(|e| e.context(ident))?;
                 if let Some(spec) = self.config.schema_evolution.partition_spec.as_deref() {
                     check_table_spec(spec, &t.metadata, self.config.case_sensitive_columns)
                         .map_err(|e| e.context(ident))?;
@@ -679,7 +684,11 @@ impl Writer {
                 t
             }
             None if self.config.schema_evolution.enabled => {
-                self.create_table(ident, sample).await?
+                let created = self.create_table(ident, sample).await?;
+                // A REST catalog chooses the location: say so if it is not the bucket.
+                check_bucket(&self.config.storage, created.metadata.location())
+                    .map_err(|e| e.context(ident))?;
+                created
             }
             None => {
                 return Err(Error::new(

@@ -546,3 +546,26 @@ fn a_locked_embedded_catalog_does_not_stall_the_runtime() {
     let out = rt.block_on(blocked).unwrap().expect("write call");
     assert!(out.failures[0].is_none(), "{:?}", out.failures);
 }
+
+/// `storage.aws_s3.bucket` is not ignored: a warehouse outside it is refused at open,
+/// naming both.
+#[test]
+fn a_configured_bucket_refuses_a_warehouse_elsewhere() {
+    let rt = support::runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = floe::config::Config::from_json(
+        &serde_json::json!({"catalog": {"warehouse": dir.path().join("wh").to_str().unwrap()},
+            "storage": {"aws_s3": {"bucket": "lake"}}})
+        .to_string(),
+    )
+    .unwrap();
+    let e = match rt.block_on(floe::writer::Writer::open(config)) {
+        Err(e) => e,
+        Ok(_) => panic!("a local warehouse is not in bucket lake"),
+    };
+    assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
+    assert!(
+        e.to_string().contains("\"lake\"") && e.to_string().contains("file://"),
+        "{e}"
+    );
+}
