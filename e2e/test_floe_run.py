@@ -22,7 +22,9 @@ EVENT_MAPPING = textwrap.indent(textwrap.dedent("""\
 """), " " * 8)
 
 
-def pipeline(output: str, count: int) -> str:
+def pipeline(output: str, count: int, mapping: str = None, batch_size: int = 5000) -> str:
+    """A `generate` input (the benchmark events, or `mapping`) feeding `output`."""
+    mapping = EVENT_MAPPING if mapping is None else textwrap.indent(textwrap.dedent(mapping), " " * 6)
     return f"""
 http:
   enabled: false
@@ -30,9 +32,9 @@ input:
   generate:
     count: {count}
     interval: ""
-    batch_size: 5000
+    batch_size: {batch_size}
     mapping: |
-{EVENT_MAPPING}
+{mapping}
 output:
 {textwrap.indent(output, "  ")}
 """
@@ -122,22 +124,6 @@ def test_generate_100k_into_rest_catalog_on_s3(tmp_path, services):
     assert int(summary["total-records"]) == 100_000
 
 
-def evolving_pipeline(output: str, count: int, mapping: str) -> str:
-    return f"""
-http:
-  enabled: false
-input:
-  generate:
-    count: {count}
-    interval: ""
-    batch_size: 250
-    mapping: |
-{textwrap.indent(textwrap.dedent(mapping), " " * 6)}
-output:
-{textwrap.indent(output, "  ")}
-"""
-
-
 def test_schema_evolves_as_fields_appear(tmp_path):
     """Fields appear mid-stream, top level and three levels deep: the table gains them
     and every value is read back (before, they were dropped without a word)."""
@@ -156,7 +142,7 @@ def test_schema_evolves_as_fields_appear(tmp_path):
   batching:
     count: 250
 """
-    res = run_floe(tmp_path, evolving_pipeline(out, 3000, mapping))
+    res = run_floe(tmp_path, pipeline(out, 3000, mapping, batch_size=250))
     assert res.returncode == 0, res.stderr[-3000:]
     wh = tmp_path / "warehouse"
     from pyiceberg.catalog import load_catalog
@@ -178,7 +164,7 @@ def test_unknown_fields_go_to_the_fallback_output_without_evolution(tmp_path):
   schema_evolution:
     enabled: true
 """
-    res = run_floe(tmp_path, evolving_pipeline(create, 1, 'root.id = 0\nroot.v = "x"\n'))
+    res = run_floe(tmp_path, pipeline(create, 1, 'root.id = 0\nroot.v = "x"\n', batch_size=250))
     assert res.returncode == 0, res.stderr[-3000:]
     # The input's batches go to the output as they are: with batching on the output
     # as well, Benthos answers each input batch as a whole (see the README).
@@ -196,7 +182,7 @@ def test_unknown_fields_go_to_the_fallback_output_without_evolution(tmp_path):
         root.v = "x"
         if root.id % 10 == 0 { root.extra = true }
     """
-    res = run_floe(tmp_path, evolving_pipeline(strict, 1000, mapping))
+    res = run_floe(tmp_path, pipeline(strict, 1000, mapping, batch_size=250))
     assert res.returncode == 0, res.stderr[-3000:]
     dead = [json.loads(line) for line in (tmp_path / "dead-letters.jsonl").read_text().splitlines()]
     assert len(dead) == 100 and all(d["extra"] is True for d in dead), dead[:3]
@@ -228,7 +214,7 @@ def test_explicit_types_from_metadata_and_a_mapping(tmp_path):
     new_column_type_mapping: |
       root = this.keys().filter(k -> k.has_suffix("_at")).map_each(k -> {(k): "timestamptz"}).squash()
 """
-    res = run_floe(tmp_path, evolving_pipeline(out, 200, mapping))
+    res = run_floe(tmp_path, pipeline(out, 200, mapping, batch_size=250))
     assert res.returncode == 0, res.stderr[-3000:]
     wh = tmp_path / "warehouse"
     from pyiceberg.catalog import load_catalog

@@ -425,34 +425,19 @@ impl Column {
                 Data::Timestamp {
                     values,
                     zone,
-                    nanos: false,
+                    nanos,
                 },
                 Token::String(t),
-            ) => convert::parse_timestamp(t, *zone).map(|x| values.push(x)),
-            (
-                Data::Timestamp {
-                    values,
-                    zone,
-                    nanos: true,
-                },
-                Token::String(t),
-            ) => convert::parse_timestamp_ns(t, *zone).map(|x| values.push(x)),
-            (
-                Data::Timestamp {
-                    values,
-                    nanos: false,
-                    ..
-                },
-                Token::Number(t, _),
-            ) => convert::epoch_to_micros(t, unit).map(|x| values.push(x)),
-            (
-                Data::Timestamp {
-                    values,
-                    nanos: true,
-                    ..
-                },
-                Token::Number(t, _),
-            ) => convert::epoch_to_nanos(t, unit).map(|x| values.push(x)),
+            ) => match nanos {
+                true => convert::parse_timestamp_ns(t, *zone),
+                false => convert::parse_timestamp(t, *zone),
+            }
+            .map(|x| values.push(x)),
+            (Data::Timestamp { values, nanos, .. }, Token::Number(t, _)) => match nanos {
+                true => convert::epoch_to_nanos(t, unit),
+                false => convert::epoch_to_micros(t, unit),
+            }
+            .map(|x| values.push(x)),
             (Data::String { offsets, bytes }, Token::String(t)) => {
                 bytes.extend_from_slice(t.as_bytes());
                 i32::try_from(bytes.len())
