@@ -69,18 +69,32 @@ def test_generate_100k_into_embedded_catalog(tmp_path):
     assert (n, ids, types, max_user) == (100_000, 100_000, 5, 9999)
 
 
-def test_lint_refuses_unsupported_fields(tmp_path):
+def test_lint_and_start_up_print_the_same_problems(tmp_path):
+    """libfloe owns the config: `floe lint` and start-up (`floe run --chilled`, which goes
+    past lint errors) print libfloe's lines, each naming its field."""
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(pipeline("""iceberg:
   namespace: e2e
   table: t
+  commit:
+    max_snapshots: 0
   storage:
     azure_blob_storage:
       container: c
 """, 1))
-    res = subprocess.run([FLOE, "lint", str(cfg)], capture_output=True, text=True)
-    assert res.returncode != 0
-    assert "Azure storage is not supported by floe yet" in res.stdout + res.stderr
+    problems = [
+        "storage.azure_blob_storage: Azure storage is not supported by floe yet",
+        "commit.max_snapshots must be greater than 0",
+    ]
+    lint = subprocess.run([FLOE, "lint", str(cfg)], capture_output=True, text=True, timeout=60)
+    assert lint.returncode != 0
+    for p in problems:
+        assert p in lint.stdout + lint.stderr, lint.stdout + lint.stderr
+    run = subprocess.run([FLOE, "run", "--chilled", str(cfg)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    start_up = [line for line in (run.stdout + run.stderr).splitlines() if "failed to init output" in line]
+    assert start_up and "; ".join(problems) in start_up[0], run.stdout + run.stderr
+    assert not (tmp_path / "warehouse").exists(), "nothing is created for a config with problems"
 
 
 def test_generate_100k_into_rest_catalog_on_s3(tmp_path, services):

@@ -133,6 +133,22 @@ uint32_t floe_abi_version(void);
 floe_status floe_failpoint_arm(const char *name);
 #endif
 
+// Checks a JSON config (`config_json`, `config_len` bytes, UTF-8) without opening
+// anything. A config with problems gives `FLOE_STATUS_CONFIG` and an error whose message
+// holds one problem per line, each naming its field.
+//
+// # Safety
+// `config_json` must point to `config_len` readable bytes; `err_out` NULL or valid for
+// a write.
+floe_status floe_config_check(const uint8_t *config_json,
+                              size_t config_len,
+                              struct floe_error **err_out);
+
+// floe's defaults for the fields a config leaves out, as a NUL-terminated JSON config
+// document (durations in Go's text form). Static: never freed. NULL only if floe
+// failed to build it (a bug).
+const char *floe_config_defaults(void);
+
 // The status code of `err` (`FLOE_STATUS_INTERNAL` for NULL).
 //
 // # Safety

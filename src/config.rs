@@ -7,12 +7,12 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::shred::EpochUnit;
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
@@ -20,8 +20,10 @@ pub struct Config {
     #[serde(default)]
     pub storage: StorageConfig,
     /// Default namespace (dot-separated levels) for messages that name none.
+    #[serde(default, deserialize_with = "non_empty")]
     pub namespace: Option<String>,
     /// Default table for messages that name none.
+    #[serde(default, deserialize_with = "non_empty")]
     pub table: Option<String>,
     #[serde(default = "yes")]
     pub case_sensitive_columns: bool,
@@ -33,7 +35,8 @@ pub struct Config {
     pub json: JsonConfig,
     #[serde(default)]
     pub commit: CommitConfig,
-    /// Worker threads of the process-wide runtime (set by the first writer opened).
+    /// Worker threads of the process-wide runtime (set by the first writer opened;
+    /// unset or 0: one per core).
     pub runtime_threads: Option<usize>,
     /// How many write calls the host runs at once (its `max_in_flight`). When known, a
     /// table's committer waits briefly for all of them before writing a group, instead
@@ -55,7 +58,7 @@ pub struct Config {
 pub const MERGE_ON_READ_DELETES: &str = "floe.merge-on-read-deletes";
 
 /// How upserts and deletes are written.
-#[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq, Eq)]
 pub enum MergeStrategy {
     /// Equality-delete files on the key plus the new rows, in one row-delta snapshot:
     /// cheapest to write; readers apply the deletes.
@@ -107,13 +110,16 @@ fn yes() -> bool {
 
 /// Which catalog: `url` with `http(s)://` is a REST catalog; `sqlite:` (or no url) is the
 /// embedded SQLite catalog.
-#[derive(Clone, Deserialize, Default)]
+#[derive(Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogConfig {
+    #[serde(default, deserialize_with = "non_empty")]
     pub url: Option<String>,
     /// REST: warehouse name. Embedded: the folder (or `s3://bucket/prefix`) tables go in.
+    #[serde(default, deserialize_with = "non_empty")]
     pub warehouse: Option<String>,
     /// Embedded: the catalog name stored in each row (pyiceberg's `SqlCatalog` name).
+    #[serde(default, deserialize_with = "non_empty")]
     pub name: Option<String>,
     #[serde(default)]
     pub auth: AuthConfig,
@@ -123,14 +129,15 @@ pub struct CatalogConfig {
     pub tls_skip_verify: bool,
 }
 
-#[derive(Clone, Deserialize, Default)]
+#[derive(Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
+    #[serde(default, deserialize_with = "non_empty")]
     pub bearer: Option<String>,
     pub oauth2: Option<OAuth2Config>,
 }
 
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OAuth2Config {
     /// Token endpoint; relative paths are resolved against `catalog.url`.
@@ -138,6 +145,7 @@ pub struct OAuth2Config {
     pub server_uri: String,
     pub client_id: String,
     pub client_secret: String,
+    #[serde(default, deserialize_with = "non_empty")]
     pub scope: Option<String>,
 }
 
@@ -193,28 +201,32 @@ impl std::fmt::Debug for OAuth2Config {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct StorageConfig {
     pub aws_s3: Option<S3Config>,
 }
 
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct S3Config {
+    #[serde(default, deserialize_with = "non_empty")]
     pub bucket: Option<String>,
+    #[serde(default, deserialize_with = "non_empty")]
     pub region: Option<String>,
+    #[serde(default, deserialize_with = "non_empty")]
     pub endpoint: Option<String>,
     #[serde(default)]
     pub force_path_style_urls: bool,
     pub credentials: Option<S3Credentials>,
 }
 
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct S3Credentials {
     pub id: String,
     pub secret: String,
+    #[serde(default, deserialize_with = "non_empty")]
     pub token: Option<String>,
 }
 
@@ -233,7 +245,7 @@ impl std::fmt::Debug for S3Config {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct SchemaEvolution {
     /// Create the namespace and table when missing, and evolve its schema on write: new
@@ -247,16 +259,68 @@ pub struct SchemaEvolution {
     pub unknown_fields: UnknownFieldPolicy,
     /// The metadata key the host reads each message's explicit types from (the host
     /// hands them over with the message; named here for errors).
+    #[serde(default, deserialize_with = "non_empty")]
     pub schema_metadata: Option<String>,
     /// A message without explicit types fails.
     #[serde(default)]
     pub require_schema_metadata: bool,
     /// Partition spec for new tables, e.g. `(day(ts), bucket(16, user_id))`.
+    #[serde(default, deserialize_with = "non_empty")]
     pub partition_spec: Option<String>,
     /// Location prefix for new tables when the catalog assigns none.
+    #[serde(default, deserialize_with = "non_empty")]
     pub table_location: Option<String>,
     /// Explicit schema for new tables (Iceberg schema JSON); inferred when absent.
     pub schema: Option<serde_json::Value>,
+}
+
+impl SchemaEvolution {
+    /// Settings that cannot work together, found without a catalog: the static schema
+    /// must be an Iceberg schema floe can create, and the partition spec must parse
+    /// (against the static schema, when there is one).
+    fn problems(&self, case_sensitive: bool) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.require_schema_metadata && self.schema_metadata.is_none() {
+            problems.push(
+                "schema_evolution.require_schema_metadata needs schema_evolution.schema_metadata \
+                 (the metadata key holding the types)"
+                    .into(),
+            );
+        }
+        let schema = match &self.schema {
+            Some(json) => match serde_json::from_value::<iceberg::spec::Schema>(json.clone()) {
+                Ok(schema) => Some(schema),
+                Err(e) => {
+                    problems.push(format!(
+                        "schema_evolution.schema is not an Iceberg schema: {e}"
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
+        if let Some(name) = schema
+            .as_ref()
+            .and_then(crate::shred::infer::nanosecond_field)
+        {
+            problems.push(format!(
+                "schema_evolution.schema: `{name}` is a nanosecond timestamp, which needs a v3 \
+                 table; floe creates v2 tables"
+            ));
+        }
+        if let Some(spec) = &self.partition_spec {
+            let parsed = match &schema {
+                Some(schema) => {
+                    crate::partition_spec::parse_spec(spec, schema, case_sensitive).map(|_| ())
+                }
+                None => crate::partition_spec::check_syntax(spec),
+            };
+            if let Err(e) = parsed {
+                problems.push(format!("schema_evolution.{}", e.message()));
+            }
+        }
+        problems
+    }
 }
 
 /// What a field that is not a column does when schema evolution is off.
@@ -265,7 +329,7 @@ pub struct SchemaEvolution {
 /// producer that starts sending a new field is noticed (the message goes to the dead
 /// letters or is retried) instead of the field being dropped without a trace. `ignore`
 /// writes the rest of the message, for tables that deliberately keep a subset.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum UnknownFieldPolicy {
     #[default]
@@ -273,7 +337,7 @@ pub enum UnknownFieldPolicy {
     Ignore,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
     Zstd,
@@ -283,7 +347,7 @@ pub enum Compression {
     Uncompressed,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum StringEncoding {
     DeltaLengthByteArray,
@@ -291,7 +355,7 @@ pub enum StringEncoding {
 }
 
 /// Parquet options. `None` means: the table's `write.parquet.*` property, else floe's default.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ParquetConfig {
     pub compression: Option<Compression>,
@@ -303,7 +367,7 @@ pub struct ParquetConfig {
     pub string_encoding: Option<StringEncoding>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommitConfig {
     /// Retries after a conflict (or an unknown outcome that turned out not committed),
@@ -313,7 +377,11 @@ pub struct CommitConfig {
     /// How long a commit keeps retrying conflicts with other writers before it fails.
     /// A conflict means another commit landed, so it is retried on the new head (a
     /// cheap rebase) until this much time has passed since the first attempt.
-    #[serde(default = "default_retry_timeout", deserialize_with = "duration")]
+    #[serde(
+        default = "default_retry_timeout",
+        deserialize_with = "duration",
+        serialize_with = "go_duration"
+    )]
     pub retry_timeout: std::time::Duration,
     /// Delete the files of a commit the catalog definitively refused. Files of a commit
     /// whose outcome is unknown are never deleted.
@@ -325,7 +393,11 @@ pub struct CommitConfig {
     pub manifest_merge_enabled: bool,
     /// Snapshots older than this are expired (refs' heads are kept) and files no longer
     /// reachable are deleted. `"0s"` turns expiry off.
-    #[serde(default = "default_snapshot_age", deserialize_with = "duration")]
+    #[serde(
+        default = "default_snapshot_age",
+        deserialize_with = "duration",
+        serialize_with = "go_duration"
+    )]
     pub max_snapshot_age: std::time::Duration,
     /// Most snapshots a branch keeps under floe's defaults, whatever their age: every
     /// commit makes the catalog rewrite the whole table metadata, so a streaming table
@@ -335,7 +407,7 @@ pub struct CommitConfig {
     pub max_snapshots: usize,
     /// How long the committer waits for more batches before writing a group (0: writes
     /// as soon as the previous group is handed on; concurrency alone fills groups).
-    #[serde(default, deserialize_with = "duration")]
+    #[serde(default, deserialize_with = "duration", serialize_with = "go_duration")]
     pub linger: std::time::Duration,
     /// Upper bounds on one commit group: rows, and JSON bytes handed in.
     #[serde(default = "default_group_rows")]
@@ -348,7 +420,7 @@ pub struct CommitConfig {
     pub exactly_once: Option<ExactlyOnceConfig>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExactlyOnceConfig {
     pub writer_id: String,
@@ -437,7 +509,93 @@ pub fn parse_duration(text: &str) -> std::result::Result<std::time::Duration, St
     Ok(std::time::Duration::from_secs_f64(total))
 }
 
-#[derive(Debug, Clone, Deserialize, Default)]
+/// Writes a duration the way Go prints it and [`parse_duration`] reads it back.
+fn go_duration<S: serde::Serializer>(
+    d: &std::time::Duration,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&format_duration(*d))
+}
+
+/// `24h`, `2m`, `30s`, `250ms`, `0s`: the largest unit that divides the duration.
+pub fn format_duration(d: std::time::Duration) -> String {
+    let nanos = d.as_nanos();
+    let units: [(u128, &str); 6] = [
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    match units
+        .iter()
+        .find(|(size, _)| nanos > 0 && nanos.is_multiple_of(*size))
+    {
+        Some((size, unit)) => format!("{}{unit}", nanos / size),
+        None => "0s".into(),
+    }
+}
+
+/// An optional text field where an empty string means "not set", so a config can say
+/// `url: ${CATALOG_URL:}` and fall back to the default when the variable is unset.
+fn non_empty<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<String>, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.filter(|s| !s.is_empty()))
+}
+
+/// Removes the fields of [`UNSUPPORTED_FIELDS`] that a config sets (to anything but
+/// null), returning one problem per field.
+fn take_unsupported(tree: &mut serde_json::Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (path, why) in UNSUPPORTED_FIELDS {
+        let (parent, leaf) = path.rsplit_once('.').unwrap_or(("", path));
+        let parent = parent
+            .split('.')
+            .filter(|p| !p.is_empty())
+            .try_fold(&mut *tree, |node, key| node.get_mut(key));
+        if let Some(serde_json::Value::Object(fields)) = parent
+            && let Some(value) = fields.remove(leaf)
+            && !value.is_null()
+        {
+            problems.push(format!("{path}: {why}"));
+        }
+    }
+    problems
+}
+
+/// A type error with the path of the field at fault (`commit.max_retries: invalid
+/// value: integer `-1`, expected u32`).
+/// A secret field's error never quotes the value it was given.
+fn describe_type_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = e.path().to_string();
+    match path.as_str() {
+        "" | "." => e.inner().to_string(),
+        _ if is_secret_path(&path) => format!("{path}: must be a string"),
+        _ => format!("{path}: {}", e.inner()),
+    }
+}
+
+/// Fields whose values are secrets (header values are often `Authorization`).
+fn is_secret_path(path: &str) -> bool {
+    const SECRETS: [&str; 4] = [
+        "catalog.auth.bearer",
+        "catalog.auth.oauth2.client_secret",
+        "storage.aws_s3.credentials.secret",
+        "storage.aws_s3.credentials.token",
+    ];
+    SECRETS.contains(&path) || path.starts_with("catalog.headers")
+}
+
+fn strip_nulls(tree: &mut serde_json::Value) {
+    if let serde_json::Value::Object(fields) = tree {
+        fields.retain(|_, v| !v.is_null());
+        fields.values_mut().for_each(strip_nulls);
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct JsonConfig {
     /// Unit of epoch numbers given for timestamp columns (default milliseconds).
@@ -452,45 +610,117 @@ pub enum CatalogKind {
     Embedded { database: PathBuf },
 }
 
+/// Fields of the config surface users already know (CONFIG-COMPAT.md) that floe refuses
+/// for now, with the reason. Start-up and `floe lint` (the Go output's lint rule calls
+/// [`Config::problems`]) both read this one table, so they say the same.
+pub const UNSUPPORTED_FIELDS: &[(&str, &str)] = &[
+    (
+        "catalog.auth.aws_sigv4",
+        "SigV4 catalog auth is not supported by floe yet",
+    ),
+    (
+        "storage.gcp_cloud_storage",
+        "GCS storage is not supported by floe yet",
+    ),
+    (
+        "storage.azure_blob_storage",
+        "Azure storage is not supported by floe yet",
+    ),
+];
+
 impl Config {
+    /// Parses and validates a config; the error lists every problem (see [`Self::problems`]).
     pub fn from_json(text: &str) -> Result<Self> {
-        let config: Config = serde_json::from_str(text)
-            .map_err(|e| Error::config(format!("invalid config: {e}")))?;
-        config.validate()?;
-        Ok(config)
+        Self::parse(text)
+            .map_err(|problems| Error::config(format!("invalid config: {}", problems.join("; "))))
     }
 
-    fn validate(&self) -> Result<()> {
-        self.catalog_kind()?;
-        if let Some(level) = self.parquet.compression_level
-            && self.parquet.compression == Some(Compression::Zstd)
+    /// Every problem with a config, one line each, naming the field: unsupported fields,
+    /// values of the wrong type, and invalid values. Empty when the config is valid. The
+    /// host's lint and its start-up both print these lines, so they never disagree.
+    pub fn problems(text: &str) -> Vec<String> {
+        Self::parse(text).err().unwrap_or_default()
+    }
+
+    fn parse(text: &str) -> std::result::Result<Self, Vec<String>> {
+        let mut tree: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| vec![format!("the config is not JSON: {e}")])?;
+        let mut problems = take_unsupported(&mut tree);
+        match serde_path_to_error::deserialize::<_, Config>(tree) {
+            Ok(config) => {
+                problems.extend(config.invalid_values());
+                match problems.is_empty() {
+                    true => Ok(config),
+                    false => Err(problems),
+                }
+            }
+            Err(e) => {
+                problems.push(describe_type_error(&e));
+                Err(problems)
+            }
+        }
+    }
+
+    /// The defaults floe applies to fields a config leaves out, as a config document
+    /// (durations in Go's text form). The Go output shows them as its fields' defaults,
+    /// so the host's docs and floe cannot drift apart. Sections that exist only when
+    /// given (`catalog.auth.oauth2`, `storage.aws_s3`) carry their fields' defaults too.
+    pub fn defaults() -> serde_json::Value {
+        let config = Config::from_json("{}").expect("the empty config is valid");
+        let mut tree = serde_json::to_value(&config).expect("a config serialises");
+        strip_nulls(&mut tree);
+        tree["catalog"]["auth"]["oauth2"] =
+            serde_json::json!({ "server_uri": default_oauth_uri() });
+        tree["storage"]["aws_s3"] = serde_json::json!({ "force_path_style_urls": false });
+        tree
+    }
+
+    /// Values that parse but cannot work, each named by its field.
+    fn invalid_values(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Err(e) = self.catalog_kind() {
+            problems.push(e.message().to_string());
+        }
+        let parquet = &self.parquet;
+        if let Some(level) = parquet.compression_level
+            && parquet.compression == Some(Compression::Zstd)
             && !(1..=22).contains(&level)
         {
-            return Err(Error::config(format!(
+            problems.push(format!(
                 "parquet.compression_level {level} is outside zstd's 1..=22"
-            )));
-        }
-        if self.parquet.row_group_size == Some(0) || self.parquet.page_size == Some(0) {
-            return Err(Error::config("parquet sizes must be greater than 0"));
-        }
-        if self.commit.max_group_rows == 0 || self.commit.max_group_bytes == 0 {
-            return Err(Error::config(
-                "commit.max_group_rows and commit.max_group_bytes must be greater than 0",
             ));
         }
-        if let Some(name) = self.identifier_fields.iter().find(|n| n.trim().is_empty()) {
-            return Err(Error::config(format!(
-                "identifier_fields: {name:?} is not a column name"
-            )));
+        let sizes = [
+            ("parquet.row_group_size", parquet.row_group_size),
+            ("parquet.page_size", parquet.page_size),
+            (
+                "parquet.target_file_size_bytes",
+                parquet.target_file_size_bytes,
+            ),
+            ("commit.max_group_rows", Some(self.commit.max_group_rows)),
+            ("commit.max_group_bytes", Some(self.commit.max_group_bytes)),
+            ("commit.max_snapshots", Some(self.commit.max_snapshots)),
+        ];
+        for (name, _) in sizes.iter().filter(|(_, size)| *size == Some(0)) {
+            problems.push(format!("{name} must be greater than 0"));
         }
         if let Some(eo) = &self.commit.exactly_once
             && eo.writer_id.trim().is_empty()
         {
-            return Err(Error::config(
-                "commit.exactly_once.writer_id must not be empty",
-            ));
+            problems.push("commit.exactly_once.writer_id must not be empty".into());
         }
-        Ok(())
+        if let Some(name) = self.identifier_fields.iter().find(|n| n.trim().is_empty()) {
+            problems.push(format!("identifier_fields: {name:?} is not a column name"));
+        }
+        problems.extend(self.schema_evolution.problems(self.case_sensitive_columns));
+        if let Ok(CatalogKind::Embedded { .. }) = self.catalog_kind() {
+            let warehouse = crate::storage::location_url(self.warehouse_or_default())
+                .and_then(|w| crate::storage::check_bucket(&self.storage, &w));
+            if let Err(e) = warehouse {
+                problems.push(format!("catalog.warehouse: {}", e.message()));
+            }
+        }
+        problems
     }
 
     /// The embedded warehouse root when no catalog is configured.
@@ -516,7 +746,8 @@ impl Config {
                 })
             }
             Some(url) => Err(Error::config(format!(
-                "catalog.url {url:?} must start with http://, https:// (REST) or sqlite: (embedded)"
+                "catalog.url {:?} must start with http://, https:// (REST) or sqlite: (embedded)",
+                redact_user_info(url)
             ))),
         }
     }
@@ -589,6 +820,120 @@ mod tests {
         assert_eq!(c.commit.linger, std::time::Duration::from_millis(20));
         let e = Config::from_json(r#"{"commit": {"linger": "soon"}}"#).unwrap_err();
         assert!(e.to_string().contains("not a duration"), "{e}");
+    }
+
+    #[test]
+    fn defaults_parse_back_to_the_same_config() {
+        let defaults = Config::defaults();
+        assert_eq!(defaults["commit"]["max_snapshot_age"], "24h");
+        assert_eq!(defaults["schema_evolution"]["unknown_fields"], "error");
+        assert_eq!(defaults["json"]["epoch_unit"], "ms");
+        let config = Config::from_json(&defaults.to_string()).unwrap_err();
+        // The optional sections carry their defaults only; they are not a config alone.
+        assert!(config.to_string().contains("client_id"), "{config}");
+        let mut tree = defaults.clone();
+        tree["catalog"]["auth"] = serde_json::json!({});
+        tree["storage"] = serde_json::json!({});
+        let mut again =
+            serde_json::to_value(Config::from_json(&tree.to_string()).unwrap()).unwrap();
+        strip_nulls(&mut again);
+        assert_eq!(again, tree);
+    }
+
+    #[test]
+    fn durations_print_in_go_form_and_read_back() {
+        for text in ["24h", "2m", "90s", "250ms", "0s", "1500us", "7ns"] {
+            let d = parse_duration(text).unwrap();
+            assert_eq!(parse_duration(&format_duration(d)).unwrap(), d, "{text}");
+        }
+        assert_eq!(
+            format_duration(std::time::Duration::from_secs(86_400)),
+            "24h"
+        );
+        assert_eq!(format_duration(std::time::Duration::from_secs(90)), "90s");
+    }
+
+    #[test]
+    fn problems_name_their_fields_and_are_all_reported() {
+        let problems = Config::problems(
+            r#"{"catalog": {"auth": {"aws_sigv4": {"region": "x"}}},
+                "storage": {"azure_blob_storage": {"container": "c"}},
+                "commit": {"max_retries": -1}}"#,
+        );
+        assert_eq!(
+            problems,
+            [
+                "catalog.auth.aws_sigv4: SigV4 catalog auth is not supported by floe yet",
+                "storage.azure_blob_storage: Azure storage is not supported by floe yet",
+                "commit.max_retries: invalid value: integer `-1`, expected u32",
+            ]
+        );
+        let problems = Config::problems(r#"{"commit": {"max_group_rows": 0, "linger": "soon"}}"#);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("commit.linger: "), "{problems:?}");
+        let problems = Config::problems(
+            r#"{"commit": {"max_group_rows": 0}, "parquet": {"page_size": 0},
+                "schema_evolution": {"require_schema_metadata": true, "partition_spec": "(bucket(x, id))"}}"#,
+        );
+        assert_eq!(
+            problems,
+            [
+                "parquet.page_size must be greater than 0",
+                "commit.max_group_rows must be greater than 0",
+                "schema_evolution.require_schema_metadata needs schema_evolution.schema_metadata \
+                 (the metadata key holding the types)",
+                "schema_evolution.partition_spec term \"bucket(x, id)\": bucket count is not a number",
+            ]
+        );
+        assert!(Config::problems(r#"{"storage": {"gcp_cloud_storage": null}}"#).is_empty());
+    }
+
+    #[test]
+    fn problems_never_quote_secrets() {
+        let problems = Config::problems(
+            r#"{"catalog": {"url": "ftp://user:hunter2@host", "auth": {"bearer": 987654321},
+                "headers": {"Authorization": 987654321}}}"#,
+        );
+        assert_eq!(problems, ["catalog.auth.bearer: must be a string"]);
+        let problems = Config::problems(
+            r#"{"catalog": {"url": "ftp://user:hunter2@host"},
+                "storage": {"aws_s3": {"credentials": {"id": "k", "secret": 987654321}}}}"#,
+        );
+        assert_eq!(
+            problems,
+            ["storage.aws_s3.credentials.secret: must be a string"]
+        );
+        let problems = Config::problems(r#"{"catalog": {"url": "ftp://user:hunter2@host"}}"#);
+        assert!(!problems[0].contains("hunter2"), "{problems:?}");
+    }
+
+    #[test]
+    fn a_static_schema_is_checked_with_its_partition_spec() {
+        let schema = r#"{"type": "struct", "schema-id": 0, "fields": [
+            {"id": 1, "name": "id", "required": true, "type": "long"}]}"#;
+        let config = |spec: &str| {
+            format!(r#"{{"schema_evolution": {{"schema": {schema}, "partition_spec": "{spec}"}}}}"#)
+        };
+        assert!(Config::problems(&config("(bucket(4, id))")).is_empty());
+        let problems = Config::problems(&config("(day(ts))"));
+        assert_eq!(
+            problems,
+            ["schema_evolution.partition_spec: column \"ts\" is not in the table schema"]
+        );
+        let problems = Config::problems(r#"{"schema_evolution": {"schema": {"type": "list"}}}"#);
+        assert!(
+            problems[0].starts_with("schema_evolution.schema is not an Iceberg schema"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn empty_text_is_unset_so_env_defaults_work() {
+        let c = Config::from_json(r#"{"catalog": {"url": "", "warehouse": ""}, "namespace": ""}"#)
+            .unwrap();
+        assert_eq!(c.catalog.url, None);
+        assert_eq!(c.namespace, None);
+        assert_eq!(c.warehouse_or_default(), Config::DEFAULT_WAREHOUSE);
     }
 
     #[test]

@@ -81,19 +81,31 @@ pub fn parse_partition_spec(text: &str, schema: &Schema) -> Result<UnboundPartit
     parse_spec(text, schema, true)
 }
 
+/// Checks that every term of `text` parses, before any table (and so any schema) is
+/// known: a typo in a transform is a config error at start-up, not at the first batch.
+pub fn check_syntax(text: &str) -> Result<()> {
+    split_top_level(strip_parens(text))
+        .into_iter()
+        .try_for_each(|term| parse_term(term).map(|_| ()))
+}
+
+/// The spec's terms without the optional surrounding parentheses.
+fn strip_parens(text: &str) -> &str {
+    let inner = text.trim();
+    inner
+        .strip_prefix('(')
+        .and_then(|t| t.strip_suffix(')'))
+        .unwrap_or(inner)
+}
+
 /// [`parse_partition_spec`], columns matched as `case_sensitive_columns` says.
 pub fn parse_spec(
     text: &str,
     schema: &Schema,
     case_sensitive: bool,
 ) -> Result<UnboundPartitionSpec> {
-    let inner = text.trim();
-    let inner = inner
-        .strip_prefix('(')
-        .and_then(|t| t.strip_suffix(')'))
-        .unwrap_or(inner);
     let mut builder = UnboundPartitionSpec::builder().with_spec_id(0);
-    for term in split_top_level(inner) {
+    for term in split_top_level(strip_parens(text)) {
         let (transform, column, alias) = parse_term(term)?;
         let found = match case_sensitive {
             true => schema.field_by_name(&column),

@@ -101,7 +101,10 @@ mod bucket_tests {
 
     #[test]
     fn a_configured_bucket_must_hold_the_table() {
-        let with = Config::from_json(r#"{"storage": {"aws_s3": {"bucket": "lake"}}}"#).unwrap();
+        let with = Config::from_json(
+            r#"{"catalog": {"url": "http://127.0.0.1:1"}, "storage": {"aws_s3": {"bucket": "lake"}}}"#,
+        )
+        .unwrap();
         assert!(check_bucket(&with.storage, "s3://lake/wh/ns/t").is_ok());
         assert!(check_bucket(&with.storage, "s3a://lake/t").is_ok());
         let e = check_bucket(&with.storage, "s3://other/wh/t").unwrap_err();
@@ -110,5 +113,14 @@ mod bucket_tests {
         assert!(check_bucket(&with.storage, "s3://lakehouse/t").is_err());
         let without = Config::from_json("{}").unwrap();
         assert!(check_bucket(&without.storage, "file:///tmp/wh/t").is_ok());
+        // An embedded warehouse outside the bucket is a config problem, found before any
+        // catalog is opened.
+        let problems = Config::problems(
+            r#"{"catalog": {"warehouse": "/tmp/wh"}, "storage": {"aws_s3": {"bucket": "lake"}}}"#,
+        );
+        assert!(
+            problems[0].starts_with("catalog.warehouse: storage.aws_s3.bucket is \"lake\""),
+            "{problems:?}"
+        );
     }
 }

@@ -111,13 +111,6 @@ impl Writer {
 
     /// Opens the catalog the config names (without touching any table yet).
     pub async fn open(config: Config) -> Result<Self> {
-        let evolution = &config.schema_evolution;
-        if evolution.require_schema_metadata && evolution.schema_metadata.is_none() {
-            return Err(Error::config(
-                "schema_evolution.require_schema_metadata needs schema_evolution.schema_metadata \
-                 (the metadata key holding the types)",
-            ));
-        }
         let io_props = file_io_props(&config.storage);
         let catalog: Arc<dyn Catalog> = match config.catalog_kind()? {
             CatalogKind::Rest { url } => {

@@ -547,25 +547,18 @@ fn a_locked_embedded_catalog_does_not_stall_the_runtime() {
     assert!(out.failures[0].is_none(), "{:?}", out.failures);
 }
 
-/// `storage.aws_s3.bucket` is not ignored: a warehouse outside it is refused at open,
-/// naming both.
+/// `storage.aws_s3.bucket` is not ignored: a warehouse outside it is a config problem,
+/// found before anything is opened, naming both.
 #[test]
 fn a_configured_bucket_refuses_a_warehouse_elsewhere() {
-    let rt = support::runtime();
     let dir = tempfile::tempdir().unwrap();
-    let config = floe::config::Config::from_json(
-        &serde_json::json!({"catalog": {"warehouse": dir.path().join("wh").to_str().unwrap()},
-            "storage": {"aws_s3": {"bucket": "lake"}}})
-        .to_string(),
-    )
-    .unwrap();
-    let e = match rt.block_on(floe::writer::Writer::open(config)) {
-        Err(e) => e,
-        Ok(_) => panic!("a local warehouse is not in bucket lake"),
-    };
+    let config = serde_json::json!({"catalog": {"warehouse": dir.path().join("wh").to_str().unwrap()},
+        "storage": {"aws_s3": {"bucket": "lake"}}});
+    let e = floe::config::Config::from_json(&config.to_string()).unwrap_err();
     assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
     assert!(
         e.to_string().contains("\"lake\"") && e.to_string().contains("file://"),
         "{e}"
     );
+    assert!(!dir.path().join("wh").exists(), "nothing was created");
 }

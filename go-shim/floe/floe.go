@@ -9,9 +9,11 @@ import "C"
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -64,6 +66,39 @@ func CheckABI() error {
 		return fmt.Errorf("floe: library ABI version %d, binding expects %d", v, ABIVersion)
 	}
 	return nil
+}
+
+// CheckConfig returns every problem libfloe finds in a JSON config, one line each
+// naming its field (unsupported fields, wrong types, invalid values); nil when it is
+// valid. Nothing is opened. The output's lint rule and its start-up both call this, so
+// `floe lint` and `floe run` print the same lines.
+func CheckConfig(configJSON []byte) []string {
+	if len(configJSON) == 0 {
+		return []string{"the config is empty"}
+	}
+	var cerr *C.floe_error
+	status := C.floe_config_check((*C.uint8_t)(unsafe.Pointer(&configJSON[0])), C.size_t(len(configJSON)), &cerr)
+	if status == C.FLOE_STATUS_OK {
+		return nil
+	}
+	return strings.Split(takeError(status, cerr).Error(), "\n")
+}
+
+// ConfigDefaults returns libfloe's defaults for the fields a config leaves out, as the
+// config document (durations as Go duration text). The output declares them as its
+// fields' defaults, so docs, lint and libfloe agree.
+func ConfigDefaults() (map[string]any, error) {
+	text := C.floe_config_defaults()
+	if text == nil {
+		return nil, errors.New("floe: libfloe gave no config defaults")
+	}
+	dec := json.NewDecoder(strings.NewReader(C.GoString(text)))
+	dec.UseNumber()
+	var defaults map[string]any
+	if err := dec.Decode(&defaults); err != nil {
+		return nil, fmt.Errorf("floe: libfloe's config defaults are not JSON: %w", err)
+	}
+	return defaults, nil
 }
 
 // Writer is an open libfloe writer. Write may be called from many goroutines at once;

@@ -37,13 +37,6 @@ const (
 	fRuntime       = "runtime_threads"
 )
 
-// unsupported names fields of the compatible config surface that floe refuses for now.
-var unsupported = map[string]string{
-	"catalog.auth.aws_sigv4":     "SigV4 catalog auth is not supported by floe yet",
-	"storage.gcp_cloud_storage":  "GCS storage is not supported by floe yet",
-	"storage.azure_blob_storage": "Azure storage is not supported by floe yet",
-}
-
 // ConfigSpec is the `iceberg` output's spec.
 func ConfigSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
@@ -53,62 +46,62 @@ func ConfigSpec() *service.ConfigSpec {
 		Description("Each batch is shredded from JSON to Arrow, written as Parquet and committed per table; concurrent batches share snapshots (group commit). Without `catalog.url`, an embedded SQLite catalog in `./warehouse` is used.").
 		Fields(
 			service.NewObjectField(fCatalog,
-				service.NewStringField("url").Description("REST catalog URL (http/https), or `sqlite:<path>` for the embedded catalog. Empty: embedded catalog in the warehouse folder.").Default(""),
-				service.NewStringField("warehouse").Description("REST: warehouse name. Embedded: folder or s3:// URL holding the tables.").Default(""),
+				service.NewStringField("url").Optional().Description("REST catalog URL (http/https), or `sqlite:<path>` for the embedded catalog. Unset or empty: embedded catalog in the warehouse folder."),
+				service.NewStringField("warehouse").Optional().Description("REST: warehouse name. Embedded: folder or s3:// URL holding the tables (default `./warehouse`)."),
 				service.NewObjectField("auth",
 					service.NewObjectField("oauth2",
-						service.NewStringField("server_uri").Default("/v1/oauth/tokens"),
-						service.NewStringField("client_id").Default(""),
-						service.NewStringField("client_secret").Secret().Default(""),
-						service.NewStringField("scope").Default(""),
+						service.NewStringField("server_uri").Default(def("catalog.auth.oauth2.server_uri")),
+						service.NewStringField("client_id"),
+						service.NewStringField("client_secret").Secret(),
+						service.NewStringField("scope").Optional(),
 					).Optional(),
 					service.NewStringField("bearer").Secret().Optional(),
 					service.NewAnyField("aws_sigv4").Optional(),
 				).Optional(),
-				service.NewStringMapField("headers").Default(map[string]any{}),
-				service.NewBoolField("tls_skip_verify").Default(false),
+				service.NewStringMapField("headers").Default(def("catalog.headers")),
+				service.NewBoolField("tls_skip_verify").Default(def("catalog.tls_skip_verify")),
 			).Default(map[string]any{}),
 			service.NewInterpolatedStringField(fNamespace).Description("Namespace; dots separate levels."),
 			service.NewInterpolatedStringField(fTable).Description("Table name."),
-			service.NewBoolField(fCaseSensitive).Default(true),
+			service.NewBoolField(fCaseSensitive).Default(def(fCaseSensitive)),
 			service.NewInterpolatedStringField(fRowOperation).Default("insert").Description("Per message: `insert` appends the row; `upsert` replaces every row with the message's key; `delete` removes them (the message needs only the key fields). Within a commit the last operation per key wins."),
-			service.NewStringListField(fIdentifiers).Default([]any{}).Description("The key upserts and deletes match by: top-level, non-floating-point columns. Empty: the table's own identifier fields. Tables floe creates register them (as required columns)."),
+			service.NewStringListField(fIdentifiers).Default(def(fIdentifiers)).Description("The key upserts and deletes match by: top-level, non-floating-point columns. Empty: the table's own identifier fields. Tables floe creates register them (as required columns)."),
 			service.NewStringEnumField(fMergeStrategy, "merge-on-read", "copy-on-write", "merge-on-read-positional").Optional().Description("How upserts and deletes are written. Unset: as the table's `write.update.mode` / `write.delete.mode` say, else `merge-on-read`; set and contradicted by them: a config error. `merge-on-read`: the new rows plus equality-delete files on the key, in one snapshot (Iceberg v2; readers that apply equality deletes: Spark, Trino, Flink, DuckDB, iceberg-rust, iceberg-go). `copy-on-write`: the data files holding the keys are rewritten without their rows, in one overwrite snapshot with no delete files (readable by every engine, incl. pyiceberg, Snowflake and Unity Catalog; costs a rewrite of each touched file). `merge-on-read-positional`: copy-on-write's key lookup, but the touched rows' positions are written as position-delete files instead of rewriting (Iceberg v2; cheaper than a rewrite, and readable by engines that apply position deletes but not equality deletes, e.g. pyiceberg; a table's `merge-on-read` write modes allow it)."),
 			service.NewObjectField(fStorage,
 				service.NewObjectField("aws_s3",
-					service.NewStringField("bucket").Default(""),
-					service.NewStringField("region").Default(""),
-					service.NewStringField("endpoint").Default(""),
-					service.NewBoolField("force_path_style_urls").Default(false),
+					service.NewStringField("bucket").Optional(),
+					service.NewStringField("region").Optional(),
+					service.NewStringField("endpoint").Optional(),
+					service.NewBoolField("force_path_style_urls").Default(def("storage.aws_s3.force_path_style_urls")),
 					service.NewObjectField("credentials",
-						service.NewStringField("id").Default(""),
-						service.NewStringField("secret").Secret().Default(""),
-						service.NewStringField("token").Secret().Default(""),
+						service.NewStringField("id"),
+						service.NewStringField("secret").Secret(),
+						service.NewStringField("token").Secret().Optional(),
 					).Optional(),
 				).Optional(),
 				service.NewAnyField("gcp_cloud_storage").Optional(),
 				service.NewAnyField("azure_blob_storage").Optional(),
 			).Default(map[string]any{}),
 			service.NewObjectField(fEvolution,
-				service.NewBoolField("enabled").Default(false).Description("Create the namespace and table when missing, and evolve the schema on write: new fields become optional columns at any depth (struct fields, list elements, map values), a null in a required column makes it optional (never an identifier field), and int → long, float → double and decimal precision widen when a value needs it. One schema update per change, before the data that needs it; concurrent writers converge."),
-				service.NewStringEnumField("unknown_fields", "error", "ignore").Optional().Description("Without evolution: what a JSON field that is not a column does. `error` (the default) fails the message with an error naming the field, so a new field is noticed rather than dropped without a trace; `ignore` writes the rest of the message. Fields holding no data (`null`, `[]`, `{}`) are skipped either way."),
-				service.NewStringField("partition_spec").Default(""),
+				service.NewBoolField("enabled").Default(def("schema_evolution.enabled")).Description("Create the namespace and table when missing, and evolve the schema on write: new fields become optional columns at any depth (struct fields, list elements, map values), a null in a required column makes it optional (never an identifier field), and int → long, float → double and decimal precision widen when a value needs it. One schema update per change, before the data that needs it; concurrent writers converge."),
+				service.NewStringEnumField("unknown_fields", "error", "ignore").Default(def("schema_evolution.unknown_fields")).Description("Without evolution: what a JSON field that is not a column does. `error` (the default) fails the message with an error naming the field, so a new field is noticed rather than dropped without a trace; `ignore` writes the rest of the message. Fields holding no data (`null`, `[]`, `{}`) are skipped either way."),
+				service.NewStringField("partition_spec").Optional().Description("Partition spec of tables floe creates, e.g. `(day(ts), bucket(16, user_id))`; transforms identity, year, month, day, hour, bucket[N], truncate[W], void. An existing table's own spec must match."),
 				service.NewAnyField("schema").Optional().Description("The schema of tables floe creates, as Iceberg schema JSON (an object with `type: struct` and `fields`); inferred from the first batch when absent."),
-				service.NewStringField("table_location").Default(""),
+				service.NewStringField("table_location").Optional(),
 				service.NewStringField("schema_metadata").Optional().Description("A metadata key whose value, per message, is a JSON object of field path (`a.b`; a list's element `a.element`) → Iceberg primitive type (`long`, `timestamptz`, `decimal(12, 2)`, …). When a column is added (or the table created) these types win over inference, and a field that is only null so far can be typed. A value that is not such an object fails its message."),
-				service.NewBoolField("require_schema_metadata").Default(false).Description("A message without the `schema_metadata` key fails (as its own fault)."),
+				service.NewBoolField("require_schema_metadata").Default(def("schema_evolution.require_schema_metadata")).Description("A message without the `schema_metadata` key fails (as its own fault)."),
 				service.NewBloblangField("new_column_type_mapping").Optional().Description("A Bloblang mapping run on each message; its result, an object of field path → Iceberg primitive type, is merged over the `schema_metadata` types and wins over inference when a column is added. E.g. `root = this.keys().filter(k -> k.has_suffix(\"_at\")).map_each(k -> {(k): \"timestamptz\"}).squash()`."),
 			).Default(map[string]any{}),
 			service.NewObjectField(fCommit,
-				service.NewDurationField("max_snapshot_age").Default("24h").Description("Snapshots older than this are expired, unless the table's `history.expire.max-snapshot-age-ms` or its branch's retention says otherwise (the table's settings win). `0s` turns expiry off."),
-				service.NewIntField("max_snapshots").Default(500).Description("Most snapshots a branch keeps under floe's defaults, whatever their age (each commit makes the catalog rewrite the whole table metadata). Ignored for a table or branch with its own max snapshot age."),
-				service.NewBoolField("manifest_merge_enabled").Default(true),
-				service.NewIntField("max_retries").Default(3).Description("Retries of throttling answers (429/503) and of commits of unknown outcome; conflicts with other writers are retried until `retry_timeout`."),
-				service.NewDurationField("retry_timeout").Default("2m").Description("How long a commit keeps rebasing onto other writers' commits after conflicts before it fails."),
-				service.NewBoolField("cleanup_on_failure").Default(true),
-				service.NewDurationField("linger").Default("0s").Advanced().Description("How long the committer waits for more batches before writing a commit group. 0: batches that arrive while a commit is in flight share the next snapshot."),
-				service.NewIntField("max_group_rows").Default(2000000).Advanced().Description("Most rows in one commit group."),
-				service.NewIntField("max_group_bytes").Default(256<<20).Advanced().Description("Most JSON bytes in one commit group."),
+				service.NewDurationField("max_snapshot_age").Default(def("commit.max_snapshot_age")).Description("Snapshots older than this are expired, unless the table's `history.expire.max-snapshot-age-ms` or its branch's retention says otherwise (the table's settings win). `0s` turns expiry off."),
+				service.NewIntField("max_snapshots").Default(def("commit.max_snapshots")).Description("Most snapshots a branch keeps under floe's defaults, whatever their age (each commit makes the catalog rewrite the whole table metadata). Ignored for a table or branch with its own max snapshot age."),
+				service.NewBoolField("manifest_merge_enabled").Default(def("commit.manifest_merge_enabled")),
+				service.NewIntField("max_retries").Default(def("commit.max_retries")).Description("Retries of throttling answers (429/503) and of commits of unknown outcome; conflicts with other writers are retried until `retry_timeout`."),
+				service.NewDurationField("retry_timeout").Default(def("commit.retry_timeout")).Description("How long a commit keeps rebasing onto other writers' commits after conflicts before it fails."),
+				service.NewBoolField("cleanup_on_failure").Default(def("commit.cleanup_on_failure")),
+				service.NewDurationField("linger").Default(def("commit.linger")).Advanced().Description("How long the committer waits for more batches before writing a commit group. 0: batches that arrive while a commit is in flight share the next snapshot."),
+				service.NewIntField("max_group_rows").Default(def("commit.max_group_rows")).Advanced().Description("Most rows in one commit group."),
+				service.NewIntField("max_group_bytes").Default(def("commit.max_group_bytes")).Advanced().Description("Most JSON bytes in one commit group."),
 				service.NewObjectField("exactly_once",
 					service.NewStringField("writer_id").Description("Names this pipeline in snapshot summaries; processes sharing sources should share it."),
 					service.NewInterpolatedStringField("source").Description("Where a message came from, e.g. `${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }`."),
@@ -116,28 +109,26 @@ func ConfigSpec() *service.ConfigSpec {
 				).Optional().Description("Exactly-once across restarts: committed offsets per source are recorded in each snapshot, and messages already committed are acknowledged without being written again."),
 			).Default(map[string]any{}).Description("Concurrent batches (`max_in_flight`) share snapshots (group commit). conflicts with other writers are rebased and retried for up to `retry_timeout`, throttling up to `max_retries` times (exponential backoff with jitter); commits of unknown outcome are looked up by commit id before any retry. Small manifests are merged (the table's `commit.manifest.*` properties apply), snapshots older than `max_snapshot_age` are expired and unreachable files deleted, files of refused commits deleted when `cleanup_on_failure`."),
 			service.NewObjectField(fParquet,
-				service.NewStringEnumField("string_encoding", "", "delta_length_byte_array", "plain").Default(""),
-				service.NewStringEnumField("compression", "", "zstd", "snappy", "lz4", "gzip", "uncompressed").Default(""),
-				service.NewIntField("compression_level").Default(0),
-				service.NewIntField("row_group_size").Default(0),
-				service.NewIntField("page_size").Default(0),
-				service.NewIntField("target_file_size_bytes").Default(0),
+				service.NewStringEnumField("string_encoding", "delta_length_byte_array", "plain").Optional(),
+				service.NewStringEnumField("compression", "zstd", "snappy", "lz4", "gzip", "uncompressed").Optional(),
+				service.NewIntField("compression_level").Optional(),
+				service.NewIntField("row_group_size").Optional(),
+				service.NewIntField("page_size").Optional(),
+				service.NewBoolField("dictionary").Optional(),
+				service.NewIntField("target_file_size_bytes").Optional(),
 			).Default(map[string]any{}),
 			service.NewObjectField(fJSON,
-				service.NewStringEnumField("epoch_unit", "s", "ms", "us", "ns").Default("ms").Description("Unit of epoch numbers given for timestamp columns."),
+				service.NewStringEnumField("epoch_unit", "s", "ms", "us", "ns").Default(def("json.epoch_unit")).Description("Unit of epoch numbers given for timestamp columns."),
 			).Default(map[string]any{}),
-			service.NewIntField(fRuntime).Default(0).Advanced().Description("Worker threads of floe's runtime (0: one per core)."),
+			service.NewIntField(fRuntime).Optional().Advanced().Description("Worker threads of floe's runtime (unset or 0: one per core)."),
 			service.NewOutputMaxInFlightField(),
 			service.NewBatchPolicyField(fBatching),
 		).
-		LintRule(`root = [
-  if this.catalog.auth.aws_sigv4 != null { "` + unsupported["catalog.auth.aws_sigv4"] + `" },
-  if this.storage.gcp_cloud_storage != null { "` + unsupported["storage.gcp_cloud_storage"] + `" },
-  if this.storage.azure_blob_storage != null { "` + unsupported["storage.azure_blob_storage"] + `" },
-].filter(x -> x != null)`)
+		LintRule(`root = this.floe_iceberg_config_problems()`)
 }
 
 func init() {
+	registerConfigLint()
 	err := service.RegisterBatchOutput("iceberg", ConfigSpec(),
 		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
 			maxInFlight, err := conf.FieldMaxInFlight()
@@ -278,11 +269,6 @@ func backoffAfter(n int) time.Duration {
 }
 
 func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, error) {
-	for path, why := range unsupported {
-		if conf.Contains(splitPath(path)...) {
-			return nil, errors.New(why)
-		}
-	}
 	rowOp, err := conf.FieldInterpolatedString(fRowOperation)
 	if err != nil {
 		return nil, err
@@ -290,7 +276,7 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	if op, static := rowOp.Static(); static && strings.EqualFold(strings.TrimSpace(op), "insert") {
 		rowOp = nil
 	}
-	cfg, err := toRustConfig(conf)
+	cfg, err := checkedConfig(conf)
 	if err != nil {
 		return nil, err
 	}
@@ -322,9 +308,6 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	}
 	typesMeta, _ := conf.FieldString(fEvolution, "schema_metadata")
 	requireMeta, _ := conf.FieldBool(fEvolution, "require_schema_metadata")
-	if requireMeta && typesMeta == "" {
-		return nil, errors.New("schema_evolution.require_schema_metadata needs schema_evolution.schema_metadata (the metadata key holding the types)")
-	}
 	forwardLibfloeLogs(mgr.Logger())
 	m := mgr.Metrics()
 	return &output{
@@ -344,18 +327,6 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 		snapshots:      m.NewCounter("iceberg_snapshots_total"),
 		writeLatency:   m.NewTimer("iceberg_write_batch_latency_ns"),
 	}, nil
-}
-
-func splitPath(p string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(p); i++ {
-		if p[i] == '.' {
-			out = append(out, p[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, p[start:])
 }
 
 func (o *output) Connect(ctx context.Context) error {
@@ -721,169 +692,3 @@ func (o *output) logStats() {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// toRustConfig maps the parsed YAML onto libfloe's JSON config, leaving out unset
-// optional values so libfloe's defaults (and the table's properties) apply.
-func toRustConfig(conf *service.ParsedConfig) ([]byte, error) {
-	str := func(path ...string) string {
-		s, _ := conf.FieldString(path...)
-		return s
-	}
-	out := map[string]any{}
-	catalog := map[string]any{}
-	setIf(catalog, "url", str(fCatalog, "url"))
-	setIf(catalog, "warehouse", str(fCatalog, "warehouse"))
-	if h, err := conf.FieldStringMap(fCatalog, "headers"); err == nil && len(h) > 0 {
-		catalog["headers"] = h
-	}
-	if b, err := conf.FieldBool(fCatalog, "tls_skip_verify"); err == nil && b {
-		catalog["tls_skip_verify"] = true
-	}
-	auth := map[string]any{}
-	if conf.Contains(fCatalog, "auth", "bearer") {
-		auth["bearer"] = str(fCatalog, "auth", "bearer")
-	}
-	if conf.Contains(fCatalog, "auth", "oauth2") {
-		o := map[string]any{
-			"server_uri":    str(fCatalog, "auth", "oauth2", "server_uri"),
-			"client_id":     str(fCatalog, "auth", "oauth2", "client_id"),
-			"client_secret": str(fCatalog, "auth", "oauth2", "client_secret"),
-		}
-		setIf(o, "scope", str(fCatalog, "auth", "oauth2", "scope"))
-		auth["oauth2"] = o
-	}
-	if len(auth) > 0 {
-		catalog["auth"] = auth
-	}
-	out["catalog"] = catalog
-
-	if conf.Contains(fStorage, "aws_s3") {
-		s3 := map[string]any{}
-		for _, k := range []string{"bucket", "region", "endpoint"} {
-			setIf(s3, k, str(fStorage, "aws_s3", k))
-		}
-		if b, _ := conf.FieldBool(fStorage, "aws_s3", "force_path_style_urls"); b {
-			s3["force_path_style_urls"] = true
-		}
-		if conf.Contains(fStorage, "aws_s3", "credentials") {
-			c := map[string]any{"id": str(fStorage, "aws_s3", "credentials", "id"), "secret": str(fStorage, "aws_s3", "credentials", "secret")}
-			setIf(c, "token", str(fStorage, "aws_s3", "credentials", "token"))
-			s3["credentials"] = c
-		}
-		out["storage"] = map[string]any{"aws_s3": s3}
-	}
-	for _, f := range []string{fNamespace, fTable} {
-		is, err := conf.FieldInterpolatedString(f)
-		if err != nil {
-			return nil, err
-		}
-		if v, static := is.Static(); static {
-			out[f] = v
-		}
-	}
-	if b, _ := conf.FieldBool(fCaseSensitive); !b {
-		out[fCaseSensitive] = false
-	}
-	evo := map[string]any{}
-	if b, _ := conf.FieldBool(fEvolution, "enabled"); b {
-		evo["enabled"] = true
-	}
-	setIf(evo, "unknown_fields", str(fEvolution, "unknown_fields"))
-	// require_schema_metadata is enforced here, where the metadata is (see types).
-	setIf(evo, "schema_metadata", str(fEvolution, "schema_metadata"))
-	if conf.Contains(fEvolution, "schema") {
-		schema, err := conf.FieldAny(fEvolution, "schema")
-		if err != nil {
-			return nil, err
-		}
-		evo["schema"] = schema
-	}
-	setIf(evo, "partition_spec", str(fEvolution, "partition_spec"))
-	setIf(evo, "table_location", str(fEvolution, "table_location"))
-	out[fEvolution] = evo
-	if ids, _ := conf.FieldStringList(fIdentifiers); len(ids) > 0 {
-		out[fIdentifiers] = ids
-	}
-	setIf(out, fMergeStrategy, str(fMergeStrategy))
-
-	pq := map[string]any{}
-	setIf(pq, "string_encoding", str(fParquet, "string_encoding"))
-	setIf(pq, "compression", str(fParquet, "compression"))
-	for _, k := range []string{"compression_level", "row_group_size", "page_size", "target_file_size_bytes"} {
-		if v, _ := conf.FieldInt(fParquet, k); v > 0 {
-			pq[k] = v
-		}
-	}
-	out[fParquet] = pq
-	out[fJSON] = map[string]any{"epoch_unit": str(fJSON, "epoch_unit")}
-	commit, err := commitConfig(conf)
-	if err != nil {
-		return nil, err
-	}
-	out[fCommit] = commit
-	if n, _ := conf.FieldInt(fRuntime); n > 0 {
-		out[fRuntime] = n
-	}
-	// libfloe waits for this many concurrent calls before writing a group (group commit).
-	if n, err := conf.FieldMaxInFlight(); err == nil && n > 0 {
-		out["max_in_flight"] = n
-	}
-	return json.Marshal(out)
-}
-
-// commitConfig maps the `commit` section; durations go over in Go's text form.
-func commitConfig(conf *service.ParsedConfig) (map[string]any, error) {
-	commit := map[string]any{}
-	n, err := conf.FieldInt(fCommit, "max_retries")
-	if err != nil {
-		return nil, err
-	}
-	if n < 0 {
-		return nil, errors.New("commit.max_retries must not be negative")
-	}
-	commit["max_retries"] = n
-	for _, k := range []string{"cleanup_on_failure", "manifest_merge_enabled"} {
-		b, err := conf.FieldBool(fCommit, k)
-		if err != nil {
-			return nil, err
-		}
-		commit[k] = b
-	}
-	for _, k := range []string{"max_snapshot_age", "linger", "retry_timeout"} {
-		d, err := conf.FieldDuration(fCommit, k)
-		if err != nil {
-			return nil, err
-		}
-		if d < 0 {
-			return nil, fmt.Errorf("commit.%s must not be negative", k)
-		}
-		commit[k] = d.String()
-	}
-	for _, k := range []string{"max_group_rows", "max_group_bytes", "max_snapshots"} {
-		v, err := conf.FieldInt(fCommit, k)
-		if err != nil {
-			return nil, err
-		}
-		if v <= 0 {
-			return nil, fmt.Errorf("commit.%s must be greater than 0", k)
-		}
-		commit[k] = v
-	}
-	if conf.Contains(fCommit, "exactly_once") {
-		id, err := conf.FieldString(fCommit, "exactly_once", "writer_id")
-		if err != nil {
-			return nil, err
-		}
-		if strings.TrimSpace(id) == "" {
-			return nil, errors.New("commit.exactly_once.writer_id must not be empty")
-		}
-		commit["exactly_once"] = map[string]any{"writer_id": id}
-	}
-	return commit, nil
-}
-
-func setIf(m map[string]any, k, v string) {
-	if v != "" {
-		m[k] = v
-	}
-}

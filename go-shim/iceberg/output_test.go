@@ -194,24 +194,85 @@ func TestCancellationReturnsPromptly(t *testing.T) {
 	<-done
 }
 
-func TestUnsupportedFieldsFailLint(t *testing.T) {
-	cases := map[string]string{
-		"gcs":   "  storage:\n    gcp_cloud_storage:\n      bucket: b\n",
-		"sigv4": "  catalog:\n    auth:\n      aws_sigv4:\n        region: us-east-1\n",
+// libfloe owns validation: `floe lint` (the spec's lint rule) and start-up (newOutput)
+// print libfloe's lines, the same ones, for unsupported fields, wrong types and values
+// that cannot work; and a valid config passes both.
+func TestLintAndStartUpPrintLibfloesSameProblems(t *testing.T) {
+	cases := map[string]struct{ extra, want string }{
+		"gcs":       {"storage:\n  gcp_cloud_storage:\n    bucket: b\n", "storage.gcp_cloud_storage: GCS storage is not supported by floe yet"},
+		"sigv4":     {"catalog:\n  auth:\n    aws_sigv4:\n      region: us-east-1\n", "catalog.auth.aws_sigv4: SigV4 catalog auth is not supported by floe yet"},
+		"azure":     {"storage:\n  azure_blob_storage:\n    container: c\n", "storage.azure_blob_storage: Azure storage is not supported by floe yet"},
+		"retries":   {"commit:\n  max_retries: -1\n", "commit.max_retries: invalid value: integer `-1`, expected u32"},
+		"snapshots": {"commit:\n  max_snapshots: 0\n", "commit.max_snapshots must be greater than 0"},
+		"zstd":      {"parquet:\n  compression: zstd\n  compression_level: 40\n", "parquet.compression_level 40 is outside zstd's 1..=22"},
+		"spec":      {"schema_evolution:\n  partition_spec: (bucket(x, id))\n", `schema_evolution.partition_spec term "bucket(x, id)": bucket count is not a number`},
+		"url":       {"catalog:\n  url: ftp://x\n", `catalog.url "ftp://x" must start with http://, https:// (REST) or sqlite: (embedded)`},
+		"metadata":  {"schema_evolution:\n  require_schema_metadata: true\n", "schema_evolution.require_schema_metadata needs schema_evolution.schema_metadata (the metadata key holding the types)"},
+		"bucket":    {"catalog:\n  warehouse: /tmp/wh\nstorage:\n  aws_s3:\n    bucket: lake\n", `catalog.warehouse: storage.aws_s3.bucket is "lake"`},
+		"valid":     {"commit:\n  max_snapshot_age: 90m\n", ""},
 	}
-	for name, extra := range cases {
+	linter := service.GlobalEnvironment().NewComponentConfigLinter()
+	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			yaml := "iceberg:\n  namespace: a\n  table: b\n" + extra
-			b := service.NewStreamBuilder()
-			err := b.AddOutputYAML(yaml)
-			if err == nil {
-				_, err = b.Build()
+			section := "namespace: a\ntable: ${! meta(\"t\") }\n" + c.extra
+			lints, err := linter.LintOutputYAML([]byte("iceberg:\n" + indent(section)))
+			if err != nil {
+				t.Fatal(err)
 			}
-			if err == nil || !strings.Contains(err.Error(), "not supported by floe yet") {
-				t.Fatalf("want a clear lint error, got %v", err)
+			var linted []string
+			for _, l := range lints {
+				linted = append(linted, l.What)
+			}
+			conf, err := ConfigSpec().ParseYAML(section, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, startErr := newOutput(conf, service.MockResources())
+			if c.want == "" {
+				if len(linted) > 0 || startErr != nil {
+					t.Fatalf("a valid config must pass: lint %q, start-up %v", linted, startErr)
+				}
+				return
+			}
+			if len(linted) != 1 || !strings.HasPrefix(linted[0], c.want) {
+				t.Fatalf("lint printed %q, want %q", linted, c.want)
+			}
+			if startErr == nil || startErr.Error() != linted[0] {
+				t.Fatalf("start-up said %v, lint said %q", startErr, linted[0])
 			}
 		})
 	}
+}
+
+// The spec's defaults are libfloe's: what the docs show is what libfloe applies.
+func TestSpecDefaultsAreLibfloes(t *testing.T) {
+	conf, err := ConfigSpec().ParseYAML("namespace: a\ntable: b\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := checkedConfig(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := floe.ConfigDefaults()
+	for _, section := range []string{fCommit, fJSON} {
+		g, _ := json.Marshal(got[section])
+		w, _ := json.Marshal(want[section])
+		if string(g) != string(w) {
+			t.Fatalf("%s: the spec gives %s, libfloe's defaults are %s", section, g, w)
+		}
+	}
+	if got[fCaseSensitive] != want[fCaseSensitive] || got["schema_evolution"].(map[string]any)["unknown_fields"] != "error" {
+		t.Fatalf("top-level defaults differ: %s", raw)
+	}
+}
+
+func indent(text string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(text, "\n"), "\n", "\n  ") + "\n"
 }
 
 func TestConfigMapsToRust(t *testing.T) {
@@ -238,7 +299,7 @@ schema_evolution:
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := toRustConfig(conf)
+	raw, err := checkedConfig(conf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +337,7 @@ commit:
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := toRustConfig(conf)
+	raw, err := checkedConfig(conf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +350,7 @@ commit:
 		t.Fatalf("max_in_flight must reach libfloe (group commit waits for that many calls): %s", raw)
 	}
 	c := got.Commit
-	if c["max_snapshot_age"] != "1h30m0s" || c["linger"] != "15ms" || c["manifest_merge_enabled"] != false ||
+	if c["max_snapshot_age"] != "90m" || c["linger"] != "15ms" || c["manifest_merge_enabled"] != false ||
 		c["cleanup_on_failure"] != true || c["max_retries"] != float64(3) {
 		t.Fatalf("commit not mapped: %s", raw)
 	}
@@ -302,7 +363,7 @@ table: t
 commit:
   exactly_once: {writer_id: " ", source: x, offset: "1"}
 `, nil)
-	if _, err := toRustConfig(bad); err == nil || !strings.Contains(err.Error(), "writer_id") {
+	if _, err := checkedConfig(bad); err == nil || !strings.Contains(err.Error(), "writer_id") {
 		t.Fatalf("want an empty writer_id refused, got %v", err)
 	}
 }

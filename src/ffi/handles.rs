@@ -164,7 +164,7 @@ pub unsafe extern "C" fn floe_writer_open(
         let bytes = unsafe { std::slice::from_raw_parts(config_json, config_len) };
         let text = std::str::from_utf8(bytes).map_err(|_| invalid("config is not UTF-8"))?;
         let config = Config::from_json(text).map_err(fail)?;
-        let rt = runtime(config.runtime_threads)?;
+        let rt = runtime(config.runtime_threads.filter(|&n| n > 0))?;
         let writer = rt.block_on(Writer::open(config)).map_err(fail)?;
         let handle = Box::new(FloeWriter {
             inner: Arc::new(writer),

@@ -9,9 +9,11 @@
 //! - No panic crosses the boundary: every body runs inside [`ffi_boundary`].
 //! - Calls block the calling thread on a process-wide Tokio runtime.
 
+mod config;
 mod handles;
 mod log;
 
+pub use config::*;
 pub use handles::*;
 pub use log::*;
 

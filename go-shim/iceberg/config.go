@@ -1,0 +1,195 @@
+package iceberg
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/floe-dev/floe/go-shim/floe"
+	"github.com/redpanda-data/benthos/v4/public/bloblang"
+	"github.com/redpanda-data/benthos/v4/public/service"
+)
+
+// libfloe owns the config: its defaults, its validation and the table of fields floe
+// refuses. The output declares the fields (for the host's docs and type checks), takes
+// their defaults from libfloe, and hands libfloe the whole section except what the host
+// evaluates itself (hostOnly). Lint and start-up ask libfloe the same question, so
+// `floe lint` and `floe run` print the same lines.
+
+// hostOnly are the fields the output evaluates per message or hands to the host; the
+// rest of the section goes to libfloe as written.
+var hostOnly = [][]string{
+	{fBatching},
+	{"max_in_flight"},
+	{fRowOperation},
+	{fCommit, "exactly_once", "source"},
+	{fCommit, "exactly_once", "offset"},
+	{fEvolution, "new_column_type_mapping"},
+}
+
+// rustDefaults are libfloe's defaults, read once.
+var rustDefaults = func() map[string]any {
+	d, err := floe.ConfigDefaults()
+	if err != nil {
+		panic(err)
+	}
+	return d
+}()
+
+// def is libfloe's default for a dotted field path. A path libfloe has no default for
+// is a bug in this file, found by any test that builds the spec.
+func def(path string) any {
+	var node any = rustDefaults
+	for _, key := range strings.Split(path, ".") {
+		fields, ok := node.(map[string]any)
+		if !ok {
+			panic("libfloe has no default for " + path)
+		}
+		if node, ok = fields[key]; !ok {
+			panic("libfloe has no default for " + path)
+		}
+	}
+	return plainNumbers(node)
+}
+
+// plainNumbers turns JSON numbers into the int and float64 values the host's fields hold.
+func plainNumbers(v any) any {
+	switch t := v.(type) {
+	case json.Number:
+		if i, err := t.Int64(); err == nil {
+			return int(i)
+		}
+		f, _ := t.Float64()
+		return f
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = plainNumbers(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = plainNumbers(e)
+		}
+		return out
+	}
+	return v
+}
+
+// lintMethod names the Bloblang method the spec's lint rule calls.
+const lintMethod = "floe_iceberg_config_problems"
+
+// registerConfigLint adds the method the lint rule uses to ask libfloe about a config
+// as written. Registered before the spec is built (the rule is parsed then).
+func registerConfigLint() {
+	spec := bloblang.NewPluginSpec().
+		Description("libfloe's problems with an iceberg output config, one string each.")
+	err := bloblang.RegisterMethodV2(lintMethod, spec, func(*bloblang.ParsedParams) (bloblang.Method, error) {
+		return func(v any) (any, error) {
+			section, ok := v.(map[string]any)
+			if !ok {
+				return []any{}, nil
+			}
+			problems := []any{}
+			for _, p := range configProblems(section, 0) {
+				problems = append(problems, p)
+			}
+			return problems, nil
+		}, nil
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// checkedConfig is libfloe's JSON config for a parsed section, or the problems libfloe
+// has with it, as lint printed them.
+func checkedConfig(conf *service.ParsedConfig) ([]byte, error) {
+	section, err := conf.FieldAny()
+	if err != nil {
+		return nil, err
+	}
+	fields, ok := section.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("iceberg output config is a %T, not an object", section)
+	}
+	maxInFlight, err := conf.FieldMaxInFlight()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := libfloeConfig(fields, maxInFlight)
+	if err != nil {
+		return nil, err
+	}
+	if problems := floe.CheckConfig(cfg); len(problems) > 0 {
+		return nil, errors.New(strings.Join(problems, "; "))
+	}
+	return cfg, nil
+}
+
+// configProblems is what libfloe says about a section, [] when nothing.
+func configProblems(section map[string]any, maxInFlight int) []string {
+	cfg, err := libfloeConfig(section, maxInFlight)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	return floe.CheckConfig(cfg)
+}
+
+// libfloeConfig is the section without the host's fields, as JSON. A namespace or table
+// that interpolates per message stays with the host too; a static one is libfloe's
+// default for messages. maxInFlight (when known) lets group commit wait for that many
+// concurrent calls.
+func libfloeConfig(section map[string]any, maxInFlight int) ([]byte, error) {
+	out := copyTree(section).(map[string]any)
+	for _, path := range hostOnly {
+		deletePath(out, path)
+	}
+	for _, key := range []string{fNamespace, fTable} {
+		text, isText := out[key].(string)
+		if !isText {
+			continue
+		}
+		if is, err := service.NewInterpolatedString(text); err != nil {
+			delete(out, key)
+		} else if _, static := is.Static(); !static {
+			delete(out, key)
+		}
+	}
+	if maxInFlight > 0 {
+		out["max_in_flight"] = maxInFlight
+	}
+	return json.Marshal(out)
+}
+
+// copyTree copies maps and lists, so the host's parsed config is never changed.
+func copyTree(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = copyTree(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = copyTree(e)
+		}
+		return out
+	}
+	return v
+}
+
+func deletePath(tree map[string]any, path []string) {
+	for _, key := range path[:len(path)-1] {
+		next, ok := tree[key].(map[string]any)
+		if !ok {
+			return
+		}
+		tree = next
+	}
+	delete(tree, path[len(path)-1])
+}
