@@ -25,13 +25,6 @@ use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::json;
 
-fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
-    std::env::var(name)
-        .ok()
-        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| default.to_vec())
-}
-
 struct Run {
     rows_per_s: f64,
     snapshots_per_s: f64,
@@ -146,15 +139,15 @@ fn main() {
     // `cargo test --all-targets` runs bench binaries without `--bench`: one short point
     // proves the bench works without spending minutes of a debug build on it.
     let smoke = !std::env::args().any(|a| a == "--bench");
-    let batches = env_list(
+    let batches = support::env_list(
         "FLOE_BENCH_BATCHES",
         if smoke { &[100] } else { &[100, 1_000, 10_000] },
     );
-    let in_flights = env_list(
+    let in_flights = support::env_list(
         "FLOE_BENCH_IN_FLIGHT",
         if smoke { &[4] } else { &[1, 4, 16, 64] },
     );
-    let runs = env_list("FLOE_BENCH_RUNS", &[if smoke { 1 } else { 3 }])[0].max(1);
+    let runs = support::env_list("FLOE_BENCH_RUNS", &[if smoke { 1 } else { 3 }])[0].max(1);
     let budget = Duration::from_secs_f64(
         std::env::var("FLOE_BENCH_SECONDS")
             .ok()

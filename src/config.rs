@@ -161,7 +161,15 @@ pub fn redact_user_info(url: &str) -> String {
             let _ = u.set_username("redacted");
             u.to_string()
         }
-        _ => url.to_string(),
+        // Not a URL with a user part (`user:pw@host` parses with scheme `user`): whatever
+        // precedes an `@` may still be a user and password.
+        _ => match url.rsplit_once('@') {
+            Some((before, host)) => {
+                let scheme = before.find("://").map_or("", |i| &before[..i + 3]);
+                format!("{scheme}redacted@{host}")
+            }
+            None => url.to_string(),
+        },
     }
 }
 
@@ -270,7 +278,9 @@ pub struct SchemaEvolution {
     /// Location prefix for new tables when the catalog assigns none.
     #[serde(default, deserialize_with = "non_empty")]
     pub table_location: Option<String>,
-    /// Explicit schema for new tables (Iceberg schema JSON); inferred when absent.
+    /// Explicit schema for new tables (Iceberg schema JSON, as an object or as text);
+    /// inferred when absent.
+    #[serde(default, deserialize_with = "json_or_text")]
     pub schema: Option<serde_json::Value>,
 }
 
@@ -357,13 +367,21 @@ pub enum StringEncoding {
 /// Parquet options. `None` means: the table's `write.parquet.*` property, else floe's default.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+/// `0` and `""` also mean "not set" (the values configs written for earlier versions
+/// carry as defaults).
 pub struct ParquetConfig {
+    #[serde(default, deserialize_with = "blank_as_none")]
     pub compression: Option<Compression>,
+    #[serde(default, deserialize_with = "blank_as_none")]
     pub compression_level: Option<i32>,
+    #[serde(default, deserialize_with = "blank_as_none")]
     pub row_group_size: Option<usize>,
+    #[serde(default, deserialize_with = "blank_as_none")]
     pub page_size: Option<usize>,
     pub dictionary: Option<bool>,
+    #[serde(default, deserialize_with = "blank_as_none")]
     pub target_file_size_bytes: Option<usize>,
+    #[serde(default, deserialize_with = "blank_as_none")]
     pub string_encoding: Option<StringEncoding>,
 }
 
@@ -474,10 +492,13 @@ fn duration<'de, D: serde::Deserializer<'de>>(
     parse_duration(&text).map_err(serde::de::Error::custom)
 }
 
-/// Parses Go-style durations (`24h`, `1h30m`, `500ms`, `0s`), as the host writes them.
+/// Parses Go-style durations (`24h`, `1h30m`, `500ms`, `0s`, `+5s`), as the host writes
+/// them. Negative durations and ones longer than Go's (about 292 years) are refused.
 pub fn parse_duration(text: &str) -> std::result::Result<std::time::Duration, String> {
     let bad = || format!("{text:?} is not a duration like 500ms, 30s, 24h or 1h30m");
     let mut rest = text.trim();
+    let negative = rest.starts_with('-');
+    rest = rest.strip_prefix(['-', '+']).unwrap_or(rest);
     if rest == "0" {
         return Ok(std::time::Duration::ZERO);
     }
@@ -499,12 +520,22 @@ pub fn parse_duration(text: &str) -> std::result::Result<std::time::Duration, St
             "m" => 60.0,
             "s" => 1.0,
             "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
+            // Go takes the micro sign and the Greek mu.
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1e-6,
             "ns" => 1e-9,
             _ => return Err(bad()),
         };
         total += value * seconds;
         rest = &rest[unit_len..];
+    }
+    // Go's limit: a duration is i64 nanoseconds.
+    if total > i64::MAX as f64 / 1e9 {
+        return Err(format!(
+            "{text:?} is longer than the longest duration (2562047h)"
+        ));
+    }
+    if negative && total > 0.0 {
+        return Err(format!("{text:?} is negative"));
     }
     Ok(std::time::Duration::from_secs_f64(total))
 }
@@ -543,6 +574,36 @@ fn non_empty<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> std::result::Result<Option<String>, D::Error> {
     Ok(Option::<String>::deserialize(d)?.filter(|s| !s.is_empty()))
+}
+
+/// An optional setting where `null`, `""` and `0` mean "not set".
+fn blank_as_none<'de, D, T>(d: D) -> std::result::Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde_json::Value;
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::Number(n)) if n.as_f64() == Some(0.0) => Ok(None),
+        Some(v) => T::deserialize(v)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
+/// A JSON document given either as a value or as its text (YAML users write both).
+fn json_or_text<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<serde_json::Value>, D::Error> {
+    match Option::<serde_json::Value>::deserialize(d)? {
+        Some(serde_json::Value::String(text)) if text.trim().is_empty() => Ok(None),
+        Some(serde_json::Value::String(text)) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| serde::de::Error::custom(format!("not JSON: {e}"))),
+        other => Ok(other.filter(|v| !v.is_null())),
+    }
 }
 
 /// Removes the fields of [`UNSUPPORTED_FIELDS`] that a config sets (to anything but
@@ -682,13 +743,26 @@ impl Config {
             problems.push(e.message().to_string());
         }
         let parquet = &self.parquet;
-        if let Some(level) = parquet.compression_level
-            && parquet.compression == Some(Compression::Zstd)
-            && !(1..=22).contains(&level)
-        {
-            problems.push(format!(
-                "parquet.compression_level {level} is outside zstd's 1..=22"
-            ));
+        if let Some(level) = parquet.compression_level {
+            // Unset compression is zstd, unless a table says otherwise.
+            let (codec, levels) = match parquet.compression {
+                None | Some(Compression::Zstd) => ("zstd", Some(1..=22)),
+                Some(Compression::Gzip) => ("gzip", Some(1..=9)),
+                Some(Compression::Snappy) => ("snappy", None),
+                Some(Compression::Lz4) => ("lz4", None),
+                Some(Compression::Uncompressed) => ("uncompressed", None),
+            };
+            match levels {
+                Some(range) if !range.contains(&level) => problems.push(format!(
+                    "parquet.compression_level {level} is outside {codec}'s {}..={} (0: the codec's default)",
+                    range.start(),
+                    range.end()
+                )),
+                None => problems.push(format!(
+                    "parquet.compression_level: {codec} has no levels; leave it out"
+                )),
+                _ => {}
+            }
         }
         let sizes = [
             ("parquet.row_group_size", parquet.row_group_size),
@@ -703,6 +777,25 @@ impl Config {
         ];
         for (name, _) in sizes.iter().filter(|(_, size)| *size == Some(0)) {
             problems.push(format!("{name} must be greater than 0"));
+        }
+        if let Some(c) = self
+            .storage
+            .aws_s3
+            .as_ref()
+            .and_then(|s| s.credentials.as_ref())
+            && (c.id.is_empty() || c.secret.is_empty())
+        {
+            problems.push(
+                "storage.aws_s3.credentials: id and secret must both be set (leave credentials \
+                 out for none)"
+                    .into(),
+            );
+        }
+        if let Some(o) = &self.catalog.auth.oauth2
+            && (o.client_id.is_empty() || o.client_secret.is_empty())
+        {
+            problems
+                .push("catalog.auth.oauth2: client_id and client_secret must both be set".into());
         }
         if let Some(eo) = &self.commit.exactly_once
             && eo.writer_id.trim().is_empty()
@@ -878,7 +971,6 @@ mod tests {
         assert_eq!(
             problems,
             [
-                "parquet.page_size must be greater than 0",
                 "commit.max_group_rows must be greater than 0",
                 "schema_evolution.require_schema_metadata needs schema_evolution.schema_metadata \
                  (the metadata key holding the types)",
@@ -886,6 +978,71 @@ mod tests {
             ]
         );
         assert!(Config::problems(r#"{"storage": {"gcp_cloud_storage": null}}"#).is_empty());
+    }
+
+    #[test]
+    fn durations_go_accepts_and_refuses() {
+        let d = |t| parse_duration(t).unwrap();
+        assert_eq!(d("+5s"), std::time::Duration::from_secs(5));
+        assert_eq!(d("-0s"), std::time::Duration::ZERO);
+        assert_eq!(d("1\u{3bc}s"), std::time::Duration::from_micros(1));
+        assert_eq!(d("1.5h"), std::time::Duration::from_secs(5_400));
+        assert!(parse_duration("-1s").unwrap_err().contains("negative"));
+        assert!(parse_duration("2562048h").unwrap_err().contains("longest"));
+        assert!(parse_duration("99999999999999999999h").is_err());
+        assert!(parse_duration("2562047h").is_ok());
+    }
+
+    #[test]
+    fn blank_parquet_settings_are_unset_and_levels_fit_their_codec() {
+        let c = Config::from_json(
+            r#"{"parquet": {"compression": "", "string_encoding": "", "compression_level": 0,
+                "row_group_size": 0, "page_size": 0, "target_file_size_bytes": 0}}"#,
+        )
+        .unwrap();
+        assert!(c.parquet.compression.is_none() && c.parquet.compression_level.is_none());
+        assert!(c.parquet.row_group_size.is_none() && c.parquet.string_encoding.is_none());
+        let problems = |json: &str| Config::problems(json);
+        assert!(problems(r#"{"parquet": {"compression_level": -3}}"#)[0].contains("zstd's 1..=22"));
+        assert!(
+            problems(r#"{"parquet": {"compression": "gzip", "compression_level": 10}}"#)[0]
+                .contains("gzip's 1..=9")
+        );
+        assert!(
+            problems(r#"{"parquet": {"compression": "snappy", "compression_level": 3}}"#)[0]
+                .contains("no levels")
+        );
+        assert!(
+            problems(r#"{"parquet": {"compression": "gzip", "compression_level": 9}}"#).is_empty()
+        );
+    }
+
+    #[test]
+    fn a_schema_may_be_given_as_text() {
+        let text = r#"{"type": "struct", "schema-id": 0, "fields": [
+            {"id": 1, "name": "id", "required": true, "type": "long"}]}"#;
+        let c = Config::from_json(
+            &serde_json::json!({"schema_evolution": {"schema": text}}).to_string(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.schema_evolution.schema.unwrap()["fields"][0]["name"],
+            "id"
+        );
+        let problems = Config::problems(r#"{"schema_evolution": {"schema": "{nope"}}"#);
+        assert!(
+            problems[0].starts_with("schema_evolution.schema: not JSON"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn empty_credentials_are_refused() {
+        let problems = Config::problems(
+            r#"{"storage": {"aws_s3": {"credentials": {"id": "", "secret": ""}}},
+                "catalog": {"url": "http://127.0.0.1:1", "auth": {"oauth2": {"client_id": "", "client_secret": ""}}}}"#,
+        );
+        assert_eq!(problems.len(), 2, "{problems:?}");
     }
 
     #[test]
@@ -903,8 +1060,15 @@ mod tests {
             problems,
             ["storage.aws_s3.credentials.secret: must be a string"]
         );
-        let problems = Config::problems(r#"{"catalog": {"url": "ftp://user:hunter2@host"}}"#);
-        assert!(!problems[0].contains("hunter2"), "{problems:?}");
+        for url in [
+            "ftp://user:hunter2@host",
+            "user:hunter2@catalog.example:8181",
+            "https//user:hunter2@host",
+        ] {
+            let problems =
+                Config::problems(&serde_json::json!({"catalog": {"url": url}}).to_string());
+            assert!(!problems[0].contains("hunter2"), "{problems:?}");
+        }
     }
 
     #[test]

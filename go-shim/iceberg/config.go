@@ -53,6 +53,12 @@ func def(path string) any {
 	return plainNumbers(node)
 }
 
+// defaultNote is a field description ending with libfloe's default, for fields of an
+// optional section: a declared default would make the host fill in the section.
+func defaultNote(text, path string) string {
+	return fmt.Sprintf("%s Default: `%v`.", text, def(path))
+}
+
 // plainNumbers turns JSON numbers into the int and float64 values the host's fields hold.
 func plainNumbers(v any) any {
 	switch t := v.(type) {
@@ -152,9 +158,12 @@ func libfloeConfig(section map[string]any, maxInFlight int) ([]byte, error) {
 		if !isText {
 			continue
 		}
+		// A static value is the text with escapes (`${{!`) resolved.
 		if is, err := service.NewInterpolatedString(text); err != nil {
 			delete(out, key)
-		} else if _, static := is.Static(); !static {
+		} else if value, static := is.Static(); static {
+			out[key] = value
+		} else {
 			delete(out, key)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floe-dev/floe/go-shim/floe"
@@ -50,9 +51,9 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewStringField("warehouse").Optional().Description("REST: warehouse name. Embedded: folder or s3:// URL holding the tables (default `./warehouse`)."),
 				service.NewObjectField("auth",
 					service.NewObjectField("oauth2",
-						service.NewStringField("server_uri").Default(def("catalog.auth.oauth2.server_uri")),
-						service.NewStringField("client_id"),
-						service.NewStringField("client_secret").Secret(),
+						service.NewStringField("server_uri").Optional().Description(defaultNote("Token endpoint; a relative path is resolved against `catalog.url`.", "catalog.auth.oauth2.server_uri")),
+						service.NewStringField("client_id").Optional(),
+						service.NewStringField("client_secret").Secret().Optional(),
 						service.NewStringField("scope").Optional(),
 					).Optional(),
 					service.NewStringField("bearer").Secret().Optional(),
@@ -72,10 +73,10 @@ func ConfigSpec() *service.ConfigSpec {
 					service.NewStringField("bucket").Optional(),
 					service.NewStringField("region").Optional(),
 					service.NewStringField("endpoint").Optional(),
-					service.NewBoolField("force_path_style_urls").Default(def("storage.aws_s3.force_path_style_urls")),
+					service.NewBoolField("force_path_style_urls").Optional().Description(defaultNote("Path-style requests (`endpoint/bucket/key`), as MinIO and SeaweedFS need.", "storage.aws_s3.force_path_style_urls")),
 					service.NewObjectField("credentials",
-						service.NewStringField("id"),
-						service.NewStringField("secret").Secret(),
+						service.NewStringField("id").Optional(),
+						service.NewStringField("secret").Secret().Optional(),
 						service.NewStringField("token").Secret().Optional(),
 					).Optional(),
 				).Optional(),
@@ -103,15 +104,15 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewIntField("max_group_rows").Default(def("commit.max_group_rows")).Advanced().Description("Most rows in one commit group."),
 				service.NewIntField("max_group_bytes").Default(def("commit.max_group_bytes")).Advanced().Description("Most JSON bytes in one commit group."),
 				service.NewObjectField("exactly_once",
-					service.NewStringField("writer_id").Description("Names this pipeline in snapshot summaries; processes sharing sources should share it."),
+					service.NewStringField("writer_id").Optional().Description("Names this pipeline in snapshot summaries; processes sharing sources should share it."),
 					service.NewInterpolatedStringField("source").Description("Where a message came from, e.g. `${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }`."),
 					service.NewInterpolatedStringField("offset").Description("The message's integer offset within its source, e.g. `${! meta(\"kafka_offset\") }`."),
 				).Optional().Description("Exactly-once across restarts: committed offsets per source are recorded in each snapshot, and messages already committed are acknowledged without being written again."),
 			).Default(map[string]any{}).Description("Concurrent batches (`max_in_flight`) share snapshots (group commit). conflicts with other writers are rebased and retried for up to `retry_timeout`, throttling up to `max_retries` times (exponential backoff with jitter); commits of unknown outcome are looked up by commit id before any retry. Small manifests are merged (the table's `commit.manifest.*` properties apply), snapshots older than `max_snapshot_age` are expired and unreachable files deleted, files of refused commits deleted when `cleanup_on_failure`."),
 			service.NewObjectField(fParquet,
-				service.NewStringEnumField("string_encoding", "delta_length_byte_array", "plain").Optional(),
-				service.NewStringEnumField("compression", "zstd", "snappy", "lz4", "gzip", "uncompressed").Optional(),
-				service.NewIntField("compression_level").Optional(),
+				service.NewStringEnumField("string_encoding", "", "delta_length_byte_array", "plain").Optional().Description("Unset or empty: the table's `write.parquet.*` setting, else floe's default."),
+				service.NewStringEnumField("compression", "", "zstd", "snappy", "lz4", "gzip", "uncompressed").Optional().Description("Unset or empty: the table's `write.parquet.compression-codec`, else zstd."),
+				service.NewIntField("compression_level").Optional().Description("zstd 1–22, gzip 1–9; unset or 0: the codec's default (zstd: 1)."),
 				service.NewIntField("row_group_size").Optional(),
 				service.NewIntField("page_size").Optional(),
 				service.NewBoolField("dictionary").Optional(),
@@ -176,6 +177,21 @@ type output struct {
 
 	// Failures of whole calls (outages), for backoff and one log line per cause.
 	outage outage
+
+	// Mean JSON bytes per message of the last batch: sizes the next batch's buffer.
+	payloadSize atomic.Int64
+}
+
+// rememberPayloadSize keeps the mean size of a batch's messages for the next buffer.
+func (o *output) rememberPayloadSize(payloads [][]byte) {
+	if len(payloads) == 0 {
+		return
+	}
+	total := 0
+	for _, p := range payloads {
+		total += len(p)
+	}
+	o.payloadSize.Store(int64(total/len(payloads) + 1))
 }
 
 // forwardLibfloeLogs sends libfloe's log lines (failed cleanups, skipped expiry rounds)
@@ -443,14 +459,11 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	if w == nil {
 		return service.ErrNotConnected
 	}
-	payloads := make([][]byte, len(batch))
-	for i, m := range batch {
-		b, err := m.AsBytes()
-		if err != nil {
-			return err
-		}
-		payloads[i] = b
+	payloads, err := payloads(batch, len(batch)*int(o.payloadSize.Load()))
+	if err != nil {
+		return err
 	}
+	o.rememberPayloadSize(payloads)
 	ns, tbl, err := o.tableNames(batch)
 	if err != nil {
 		return err

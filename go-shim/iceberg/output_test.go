@@ -210,6 +210,11 @@ func TestLintAndStartUpPrintLibfloesSameProblems(t *testing.T) {
 		"metadata":  {"schema_evolution:\n  require_schema_metadata: true\n", "schema_evolution.require_schema_metadata needs schema_evolution.schema_metadata (the metadata key holding the types)"},
 		"bucket":    {"catalog:\n  warehouse: /tmp/wh\nstorage:\n  aws_s3:\n    bucket: lake\n", `catalog.warehouse: storage.aws_s3.bucket is "lake"`},
 		"valid":     {"commit:\n  max_snapshot_age: 90m\n", ""},
+		"oauth2":    {"catalog:\n  url: http://127.0.0.1:1\n  auth:\n    oauth2:\n      client_id: abc\n", "catalog.auth.oauth2: missing field `client_secret`"},
+		"duration":  {"commit:\n  linger: 99999999999999999999h\n", `commit.linger: "99999999999999999999h" is longer than the longest duration (2562047h)`},
+		"gzip":      {"parquet:\n  compression: gzip\n  compression_level: 12\n", "parquet.compression_level 12 is outside gzip's 1..=9"},
+		"zeros":     {"parquet:\n  compression: \"\"\n  compression_level: 0\n  row_group_size: 0\n  page_size: 0\n", ""},
+		"password":  {"catalog:\n  url: user:hunter2@catalog.example:8181\n", `catalog.url "redacted@catalog.example:8181" must start with`},
 	}
 	linter := service.GlobalEnvironment().NewComponentConfigLinter()
 	for name, c := range cases {
@@ -266,6 +271,14 @@ func TestSpecDefaultsAreLibfloes(t *testing.T) {
 			t.Fatalf("%s: the spec gives %s, libfloe's defaults are %s", section, g, w)
 		}
 	}
+	// Optional sections stay out unless written (the host fills a section that has a
+	// field with a declared default).
+	if _, ok := got[fCatalog].(map[string]any)["auth"]; ok {
+		t.Fatalf("catalog.auth appeared unasked: %s", raw)
+	}
+	if _, ok := got[fStorage].(map[string]any)["aws_s3"]; ok {
+		t.Fatalf("storage.aws_s3 appeared unasked: %s", raw)
+	}
 	if got[fCaseSensitive] != want[fCaseSensitive] || got["schema_evolution"].(map[string]any)["unknown_fields"] != "error" {
 		t.Fatalf("top-level defaults differ: %s", raw)
 	}
@@ -305,6 +318,13 @@ schema_evolution:
 	}
 	var got map[string]any
 	_ = json.Unmarshal(raw, &got)
+	if got["namespace"] != "a.b" || got["table"] != nil {
+		t.Fatalf("static namespace must pass, interpolated table must not: %s", raw)
+	}
+	escaped, _ := ConfigSpec().ParseYAML("namespace: a\ntable: 'x${{!y}}'\n", nil)
+	if raw, err := checkedConfig(escaped); err != nil || !strings.Contains(string(raw), `"table":"x${!y}"`) {
+		t.Fatalf("a static table is passed with its escapes resolved: %s %v", raw, err)
+	}
 	if got["namespace"] != "a.b" || got["table"] != nil {
 		t.Fatalf("static namespace must pass, interpolated table must not: %s", raw)
 	}

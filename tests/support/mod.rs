@@ -65,6 +65,15 @@ pub fn read_back(reader: &str, args: Value) -> Value {
     serde_json::from_slice(&out.stdout).expect("reader prints JSON")
 }
 
+/// A benchmark's list setting from the environment (`FLOE_BENCH_BATCHES="100,1000"`), or
+/// `default`.
+pub fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
+}
+
 /// The benchmarks' event `i`, ~148 B: the shape of `bench-configs/events.yaml`, with its keys
 /// sorted as Benthos writes them.
 pub fn bench_event(i: usize) -> String {

@@ -1,0 +1,127 @@
+//! floe's CPU per commit against table age, on SeaweedFS + Apache's REST fixture.
+//!
+//! One writer commits one small batch per call (`max_in_flight` 1, expiry off so the
+//! table keeps every snapshot). At each age in FLOE_BENCH_AGES (snapshots retained,
+//! default 1, 1,000, 10,000) it times FLOE_BENCH_COMMITS calls (default 50) and prints,
+//! per age: the size of the table metadata, floe's CPU per commit (this process's user +
+//! system time across the call: shredding, Parquet, manifests, the catalog request and
+//! its answer; median [min–max]), and the call's wall time. Between ages the table is
+//! grown with calls that are not measured. A commit's CPU that grows with the table's age
+//! is what the catalog's answer (the whole metadata) and work over all snapshots cost.
+//!
+//! `cargo bench --bench commit_age` (FLOE_BENCH_AGES="1,1000", FLOE_BENCH_COMMITS,
+//! FLOE_BENCH_ROWS rows per call, default 1).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::Instant;
+
+use floe::catalog::table_ident;
+use floe::config::Config;
+use floe::writer::{Message, Writer};
+use serde_json::json;
+
+/// This process's CPU seconds so far (user + system, all threads).
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+fn spread(values: &mut [f64]) -> String {
+    values.sort_by(f64::total_cmp);
+    format!(
+        "{:.2} [{:.2}–{:.2}]",
+        values[values.len() / 2],
+        values[0],
+        values[values.len() - 1]
+    )
+}
+
+fn main() {
+    // `cargo test --all-targets` runs bench binaries without `--bench`: a short smoke run.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let ages = support::env_list(
+        "FLOE_BENCH_AGES",
+        if smoke { &[1, 10] } else { &[1, 1_000, 10_000] },
+    );
+    let commits = support::env_list("FLOE_BENCH_COMMITS", &[if smoke { 5 } else { 50 }])[0].max(1);
+    let rows = support::env_list("FLOE_BENCH_ROWS", &[1])[0].max(1);
+    let services = support::services();
+    let rt = support::runtime();
+    let mut cfg = services.floe_config();
+    support::merge(
+        &mut cfg,
+        json!({
+            "schema_evolution": {"enabled": true, "schema": support::bench_schema()},
+            "commit": {"max_snapshot_age": "0s"},
+            "max_in_flight": 1,
+        }),
+    );
+    let table = format!("commit_age_{}", std::process::id());
+    support::merge(&mut cfg, json!({"namespace": "bench", "table": table}));
+    let writer = rt
+        .block_on(Writer::open(Config::from_json(&cfg.to_string()).unwrap()))
+        .unwrap();
+    let ident = table_ident("bench", &table).unwrap();
+    let events: Vec<String> = (0..rows).map(support::bench_event).collect();
+    let call = |writer: &Writer| {
+        let msgs: Vec<Message> = events
+            .iter()
+            .map(|e| Message::insert(e.as_bytes()))
+            .collect();
+        let out = rt.block_on(writer.write_batch(&msgs)).expect("write call");
+        assert!(
+            out.failures.iter().all(Option::is_none),
+            "{:?}",
+            out.failures
+        );
+    };
+    eprintln!(
+        "commit_age bench: {rows}-row calls, {commits} measured commits per age, REST fixture + SeaweedFS on loopback"
+    );
+    println!(
+        "| snapshots retained | metadata JSON KB | floe CPU ms per commit median [min–max] | call wall ms median [min–max] |"
+    );
+    println!("|---:|---:|---:|---:|");
+    let mut age = 0;
+    let grow_started = Instant::now();
+    for target in ages {
+        while age < target {
+            call(&writer);
+            age += 1;
+            if age % 1000 == 0 {
+                eprintln!(
+                    "  grown to {age} snapshots in {:.0} s",
+                    grow_started.elapsed().as_secs_f64()
+                );
+            }
+        }
+        let (mut cpu_ms, mut wall_ms) = (Vec::new(), Vec::new());
+        for _ in 0..commits {
+            let (cpu, wall) = (cpu_seconds(), Instant::now());
+            call(&writer);
+            cpu_ms.push((cpu_seconds() - cpu) * 1e3);
+            wall_ms.push(wall.elapsed().as_secs_f64() * 1e3);
+        }
+        age += commits;
+        let loaded = rt
+            .block_on(writer.catalog().load_table(&ident))
+            .unwrap()
+            .unwrap();
+        let snapshots = loaded.metadata.snapshots().len();
+        assert_eq!(snapshots, age, "every commit kept its snapshot");
+        let kb = serde_json::to_vec(&*loaded.metadata).unwrap().len() as f64 / 1024.0;
+        println!(
+            "| {target} | {kb:.0} | {} | {} |",
+            spread(&mut cpu_ms),
+            spread(&mut wall_ms)
+        );
+    }
+}
