@@ -18,6 +18,7 @@ pub mod landed;
 pub mod manifest_cache;
 pub mod merge;
 pub mod offsets;
+pub mod refs;
 pub mod snapshot;
 pub mod staging;
 

@@ -380,12 +380,7 @@ fn offsets_update(
     }))
 }
 
-/// The table's refs (branches and tags) by name. iceberg-rust keeps the ref map private,
-/// so it is read from the metadata's JSON form; `None` when that fails.
-pub fn table_refs(metadata: &TableMetadata) -> Option<HashMap<String, SnapshotReference>> {
-    let json = serde_json::to_value(metadata).ok()?;
-    serde_json::from_value(json.get("refs")?.clone()).ok()
-}
+pub use super::refs::table_refs;
 
 /// Main's retention settings, kept when the branch moves.
 fn main_retention(metadata: &TableMetadata) -> SnapshotRetention {
