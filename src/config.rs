@@ -365,10 +365,10 @@ pub enum StringEncoding {
 }
 
 /// Parquet options. `None` means: the table's `write.parquet.*` property, else floe's default.
+/// `0` and `""` also mean "not set" (the values configs written for earlier versions
+/// carry as defaults), so no size here is ever 0.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-/// `0` and `""` also mean "not set" (the values configs written for earlier versions
-/// carry as defaults).
 pub struct ParquetConfig {
     #[serde(default, deserialize_with = "blank_as_none")]
     pub compression: Option<Compression>,
@@ -627,8 +627,8 @@ fn take_unsupported(tree: &mut serde_json::Value) -> Vec<String> {
 }
 
 /// A type error with the path of the field at fault (`commit.max_retries: invalid
-/// value: integer `-1`, expected u32`).
-/// A secret field's error never quotes the value it was given.
+/// value: integer `-1`, expected u32`). A secret field's error never quotes the value
+/// it was given.
 fn describe_type_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
     let path = e.path().to_string();
     match path.as_str() {
@@ -765,17 +765,11 @@ impl Config {
             }
         }
         let sizes = [
-            ("parquet.row_group_size", parquet.row_group_size),
-            ("parquet.page_size", parquet.page_size),
-            (
-                "parquet.target_file_size_bytes",
-                parquet.target_file_size_bytes,
-            ),
-            ("commit.max_group_rows", Some(self.commit.max_group_rows)),
-            ("commit.max_group_bytes", Some(self.commit.max_group_bytes)),
-            ("commit.max_snapshots", Some(self.commit.max_snapshots)),
+            ("commit.max_group_rows", self.commit.max_group_rows),
+            ("commit.max_group_bytes", self.commit.max_group_bytes),
+            ("commit.max_snapshots", self.commit.max_snapshots),
         ];
-        for (name, _) in sizes.iter().filter(|(_, size)| *size == Some(0)) {
+        for (name, _) in sizes.iter().filter(|(_, size)| *size == 0) {
             problems.push(format!("{name} must be greater than 0"));
         }
         if let Some(c) = self

@@ -117,10 +117,8 @@ impl Writer {
                 Arc::new(RestCatalog::connect(&url, &config.catalog).await?)
             }
             CatalogKind::Embedded { database } => {
+                // Config validation has checked that the warehouse is in the bucket.
                 let warehouse = location_url(config.warehouse_or_default())?;
-                // Tables go in the warehouse: it must be in the configured bucket.
-                check_bucket(&config.storage, &warehouse)
-                    .map_err(|e| e.context("catalog.warehouse"))?;
                 let name = config.catalog.name.as_deref().unwrap_or("floe");
                 Arc::new(SqlCatalog::open(
                     &database,

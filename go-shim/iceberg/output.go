@@ -459,7 +459,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	if w == nil {
 		return service.ErrNotConnected
 	}
-	payloads, err := payloads(batch, len(batch)*int(o.payloadSize.Load()))
+	payloads, err := encodePayloads(batch, len(batch)*int(o.payloadSize.Load()))
 	if err != nil {
 		return err
 	}

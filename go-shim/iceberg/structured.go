@@ -21,9 +21,9 @@ import (
 // (and libfloe refuses documents deeper than its own limit anyway).
 const maxEncodeDepth = 512
 
-// payloads gives each message's JSON, encoding structured-only messages into one
+// encodePayloads gives each message's JSON, encoding structured-only messages into one
 // buffer for the batch.
-func payloads(batch service.MessageBatch, sizeHint int) ([][]byte, error) {
+func encodePayloads(batch service.MessageBatch, sizeHint int) ([][]byte, error) {
 	out := make([][]byte, len(batch))
 	var arena []byte
 	for i, m := range batch {

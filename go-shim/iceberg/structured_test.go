@@ -203,7 +203,7 @@ func TestPayloadsEncodeStructuredMessages(t *testing.T) {
 	raw := service.NewMessage([]byte(`{"id": 8}`))
 	odd := service.NewMessage(nil)
 	odd.SetStructured(map[string]any{"tags": []string{"x"}})
-	got, err := payloads(service.MessageBatch{structured, raw, odd}, 0)
+	got, err := encodePayloads(service.MessageBatch{structured, raw, odd}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
