@@ -21,6 +21,11 @@ import (
 // (and libfloe refuses documents deeper than its own limit anyway).
 const maxEncodeDepth = 512
 
+// maxPayloadBuffer caps the buffer reserved up front for a batch (the guess comes from
+// earlier batches, which may have held one huge message); past it the buffer grows as
+// needed.
+const maxPayloadBuffer = 64 << 20
+
 // encodePayloads gives each message's JSON, encoding structured-only messages into one
 // buffer for the batch.
 func encodePayloads(batch service.MessageBatch, sizeHint int) ([][]byte, error) {
@@ -29,7 +34,7 @@ func encodePayloads(batch service.MessageBatch, sizeHint int) ([][]byte, error) 
 	for i, m := range batch {
 		if m.HasStructured() && !m.HasBytes() {
 			if arena == nil {
-				arena = make([]byte, 0, sizeHint)
+				arena = make([]byte, 0, min(sizeHint, maxPayloadBuffer))
 			}
 			v, err := m.AsStructured()
 			start := len(arena)
@@ -228,8 +233,13 @@ func isJSONNumber(s string) bool {
 }
 
 // appendTime writes RFC 3339 with nanoseconds, quoted, as time.Time's MarshalJSON.
+// Like it, years outside 0–9999 and zone offsets of 24 hours or more (which RFC 3339
+// cannot say) are refused.
 func appendTime(dst []byte, t time.Time) ([]byte, bool) {
 	if y := t.Year(); y < 0 || y > 9999 {
+		return dst, false
+	}
+	if _, offset := t.Zone(); offset <= -24*3600 || offset >= 24*3600 {
 		return dst, false
 	}
 	dst = append(dst, '"')

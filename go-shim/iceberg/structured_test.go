@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,6 +185,42 @@ func TestStructuredEncodingRefusesWhatItDoesNotKnow(t *testing.T) {
 	}
 	if out, ok := appendJSON(nil, json.Number(""), 0); !ok || string(out) != "0" {
 		t.Errorf("an empty json.Number is 0, as the host writes it: %s", out)
+	}
+}
+
+// A zone offset of 24 hours or more is refused by the host's encoder (RFC 3339 cannot
+// say it): this encoder leaves it to the host too, so the message fails as before.
+func TestTimeZonesOutsideRFC3339GoToTheHost(t *testing.T) {
+	for _, hours := range []int{24, -24, 30} {
+		v := time.Date(2020, 1, 1, 0, 0, 0, 0, time.FixedZone("", hours*3600))
+		if out, ok := appendJSON(nil, v, 0); ok {
+			t.Errorf("offset %dh: want it left to the host (which refuses it), got %s", hours, out)
+		}
+	}
+	edge := time.Date(2020, 1, 1, 0, 0, 0, 0, time.FixedZone("", 23*3600+59*60))
+	if out, ok := appendJSON(nil, edge, 0); !ok || string(out) != string(hostJSON(edge)) {
+		t.Errorf("+23:59 is written as the host writes it: %s", out)
+	}
+}
+
+// The buffer guess comes from earlier batches: one huge message before a large batch
+// of small ones must not make the next batch reserve gigabytes (it crashed the process).
+func TestPayloadBufferGuessIsBounded(t *testing.T) {
+	batch := service.MessageBatch{}
+	for i := range 3 {
+		m := service.NewMessage(nil)
+		m.SetStructured(map[string]any{"id": int64(i)})
+		batch = append(batch, m)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got, err := encodePayloads(batch, 1<<34)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(got) != 3 || string(got[2]) != `{"id":2}` {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	if reserved := after.TotalAlloc - before.TotalAlloc; reserved > 2*maxPayloadBuffer {
+		t.Fatalf("reserved %d bytes for a 3-message batch", reserved)
 	}
 }
 
