@@ -866,3 +866,44 @@ fn a_refused_equality_delete_commit_names_copy_on_write() {
     let error = expect_failed_call(&rt, &writer, &rows(0, 3));
     assert!(!error.to_string().contains("copy-on-write"), "{error}");
 }
+
+/// Commits update floe's view of the table locally, so a tag another tool made mid-run
+/// is not in it. floe's next expiry round must still see the tag (it reloads first):
+/// expiring the tagged snapshot would make the catalog drop the tag and floe delete its
+/// files.
+#[test]
+fn a_tag_made_by_another_tool_mid_run_survives_floes_expiry() {
+    let rt = runtime();
+    let table = &format!("committer.tagged_mid_run_{}", std::process::id());
+    let writer = rt
+        .block_on(Writer::open(rest_config(json!({
+            "namespace": "committer", "table": format!("tagged_mid_run_{}", std::process::id()),
+            "commit": {"max_snapshots": 2},
+            "schema_evolution": {"enabled": true, "schema": schema()}}))))
+        .unwrap();
+    let write = |from: i64| {
+        support::write_ok(&rt, &writer, &rows(from, from + 10));
+    };
+    // Past floe's cap of 2 snapshots: the writer's first expiry round runs in here, so
+    // the next one waits for 100 snapshots due (or a minute).
+    for call in 0..3 {
+        write(call * 10);
+    }
+    let mut args = services().pyiceberg_args(table);
+    args["tag"] = json!("keep");
+    let tagged = read_back("tag-head", args.clone())["snapshot_id"].clone();
+    let calls = 106;
+    for call in 3..calls {
+        write(call * 10);
+    }
+    let (snapshots, _) = table_stats(&writer, &rt, table);
+    assert!(
+        snapshots < 100,
+        "the second expiry round did not run ({snapshots} snapshots)"
+    );
+    args["ref"] = json!("keep");
+    let after = read_back("at-ref", args);
+    assert_eq!(after["refs"]["keep"], tagged, "the tag is gone: {after}");
+    assert_eq!(after["ids"], json!((0..30).collect::<Vec<_>>()), "{after}");
+    assert_eq!(ids_read_back(table), (0..calls * 10).collect::<Vec<i64>>());
+}

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use floe::catalog::{LoadedTable, table_ident};
 use floe::config::Config;
 use floe::writer::{Message, Writer};
+use iceberg::TableUpdate;
+use iceberg::spec::FormatVersion;
 use serde_json::{Value, json};
 use support::{merge, messages, read_back, runtime, services, write_ok};
 
@@ -666,4 +668,61 @@ fn explicit_types_win_over_inference() {
         json!([{"id": 1, "amount": null, "at": null},
                {"id": 2, "amount": "12.50", "at": 1764583200000_i64}])
     );
+}
+
+/// A table upgraded to v3 by another tool while floe writes: floe stops merging
+/// manifests (merged entries would lose their first row ids, and iceberg-rust would give
+/// the rows new ones), so each append takes exactly one row id per row.
+#[test]
+fn a_table_upgraded_to_v3_mid_run_keeps_each_rows_id() {
+    let rt = runtime();
+    let name = "upgraded_mid_run";
+    let ident = table_ident("evolution", name).unwrap();
+    let writer = rt
+        .block_on(Writer::open(rest_config(json!({"table": name,
+            "schema_evolution": {"schema": {"type": "struct", "schema-id": 0, "fields": [
+                {"id": 1, "name": "id", "required": false, "type": "long"}]}}}))))
+        .unwrap();
+    let call = |b: i64| {
+        let rows: Vec<Value> = (0..10).map(|i| json!({"id": b * 10 + i})).collect();
+        write_all(&rt, &writer, &rows);
+    };
+    call(0);
+    // Merge at every commit, so a stale merge policy shows at once.
+    rt.block_on(writer.catalog().commit(
+        &ident,
+        vec![],
+        vec![TableUpdate::SetProperties {
+            updates: [("commit.manifest.min-count-to-merge".to_string(), "2".to_string())].into(),
+        }],
+    ))
+    .unwrap();
+    call(1);
+    call(2);
+    rt.block_on(writer.catalog().commit(
+        &ident,
+        vec![],
+        vec![TableUpdate::UpgradeFormatVersion {
+            format_version: FormatVersion::V3,
+        }],
+    ))
+    .unwrap();
+    // The first v3 commit gives the v2 rows their ids too.
+    call(3);
+    let first = load(&rt, &writer, "evolution", name).metadata.next_row_id();
+    for b in 4..8 {
+        call(b);
+    }
+    let table = load(&rt, &writer, "evolution", name);
+    assert_eq!(table.metadata.format_version(), FormatVersion::V3);
+    assert_eq!(
+        table.metadata.next_row_id(),
+        first + 40,
+        "four appends of 10 rows took more than 40 row ids"
+    );
+    let ids: Vec<i64> = pyiceberg_rows(name)
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, (0..80).collect::<Vec<_>>());
 }

@@ -1704,3 +1704,64 @@ fn positional_upsert_over_an_unreadable_data_file_is_retryable() {
 fn copy_on_write_upsert_over_an_unreadable_data_file_is_retryable() {
     unreadable_data_file_is_retryable("copy-on-write");
 }
+
+/// Another tool switches the table to copy-on-write while floe runs with
+/// `merge_strategy` unset (so floe follows the table's write modes). The change moves no
+/// branch, so floe's commit requirements do not see it; its next commit must, and the
+/// upsert after it writes no equality deletes.
+#[test]
+fn write_modes_set_by_another_tool_mid_run_are_followed() {
+    let rt = runtime();
+    let mut cfg = services().floe_config();
+    merge(
+        &mut cfg,
+        json!({"namespace": "up", "table": "modes_mid_run", "identifier_fields": ["tenant", "id"],
+               "schema_evolution": {"enabled": true, "schema": schema()}}),
+    );
+    let writer = rt
+        .block_on(Writer::open(Config::from_json(&cfg.to_string()).unwrap()))
+        .unwrap();
+    let ident = table_ident("up", "modes_mid_run").unwrap();
+    call(
+        &rt,
+        &writer,
+        &[("insert", r#"{"tenant":"t","id":1,"v":"a"}"#)],
+    );
+    let cow = |k: &str| (k.to_string(), "copy-on-write".to_string());
+    rt.block_on(writer_props(
+        &writer,
+        &ident,
+        HashMap::from([cow("write.update.mode"), cow("write.delete.mode")]),
+    ));
+    call(
+        &rt,
+        &writer,
+        &[("insert", r#"{"tenant":"t","id":2,"v":"a"}"#)],
+    );
+    call(
+        &rt,
+        &writer,
+        &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)],
+    );
+    let table = rt
+        .block_on(writer.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let summary = &table
+        .metadata
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties;
+    assert_eq!(summary["total-delete-files"], "0", "{summary:?}");
+    let out = read_back(
+        "pyiceberg-rest",
+        services().pyiceberg_args("up.modes_mid_run"),
+    );
+    let mut rows: Vec<(i64, String)> = rows_of(&out)
+        .iter()
+        .map(|r| (r[1].as_i64().unwrap(), r[2].as_str().unwrap().to_string()))
+        .collect();
+    rows.sort();
+    assert_eq!(rows, [(1, "b".to_string()), (2, "a".to_string())]);
+}

@@ -7,6 +7,7 @@
 //! Both commit the same way: floe produces the snapshot and the metadata updates itself
 //! (see `commit`), and the catalog applies them atomically or reports a conflict.
 
+pub mod answer;
 pub mod rest;
 pub mod sql;
 
@@ -58,6 +59,21 @@ pub trait Catalog: Send + Sync {
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
     ) -> Result<LoadedTable>;
+
+    /// Like [`Self::commit`] for a commit built on `base`, whose requirements pin its
+    /// uuid, main branch head, schema and spec. The table returned may be `base` with
+    /// `updates` applied locally, checked against the catalog's answer, instead of the
+    /// table the catalog sent back (see [`answer`]): cheaper for long histories, but
+    /// blind to what the requirements do not pin (properties, other refs), which the
+    /// caller must reload to see.
+    async fn commit_on(
+        &self,
+        base: &LoadedTable,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<LoadedTable> {
+        self.commit(&base.ident, requirements, updates).await
+    }
 }
 
 /// Splits a dotted namespace (`a.b`) into levels, refusing empty levels.

@@ -17,6 +17,7 @@ use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::Deserialize;
 use tokio::sync::Mutex;
 
+use super::answer::{AnswerHead, apply_updates};
 use super::{Catalog, LoadedTable, NewTable};
 use crate::config::{CatalogConfig, OAuth2Config, redact_user_info};
 use crate::error::{Error, ErrorKind, Result};
@@ -394,9 +395,98 @@ impl Catalog for RestCatalog {
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
     ) -> Result<LoadedTable> {
-        self.redacted(self.post_commit(ident, requirements, updates))
-            .await
+        self.redacted(async {
+            let request = commit_request(ident, requirements, updates);
+            let answer = self.post_commit(ident, &request).await?;
+            parse_commit_answer(ident, &answer, HashMap::new())
+        })
+        .await
     }
+
+    async fn commit_on(
+        &self,
+        base: &LoadedTable,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<LoadedTable> {
+        self.redacted(async {
+            let ident = &base.ident;
+            let request = commit_request(ident, requirements, updates);
+            let answer = self.post_commit(ident, &request).await?;
+            match applied_locally(base, request.updates, &answer) {
+                Some(table) => Ok(table),
+                None => parse_commit_answer(ident, &answer, base.io_props.clone()),
+            }
+        })
+        .await
+    }
+}
+
+fn commit_request(
+    ident: &TableIdent,
+    requirements: Vec<TableRequirement>,
+    updates: Vec<TableUpdate>,
+) -> CommitTableRequest {
+    CommitTableRequest {
+        identifier: Some(ident.clone()),
+        requirements,
+        updates,
+    }
+}
+
+/// The table a successful commit answer carries. If it cannot be read, the outcome is
+/// "unknown", so the caller reloads and finds its commit id instead of treating the
+/// rows as not written.
+fn parse_commit_answer(
+    ident: &TableIdent,
+    answer: &[u8],
+    io_props: HashMap<String, String>,
+) -> Result<LoadedTable> {
+    match serde_json::from_slice::<CommitTableResponse>(answer) {
+        Ok(result) => Ok(LoadedTable {
+            ident: ident.clone(),
+            metadata_location: Some(result.metadata_location),
+            metadata: std::sync::Arc::new(result.metadata),
+            io_props,
+        }),
+        Err(e) => Err(Error::new(
+            ErrorKind::CommitStateUnknown,
+            format!("commit: unexpected response: {e}"),
+        )),
+    }
+}
+
+/// `base` with `updates` applied, if the catalog's answer agrees with it (see
+/// [`super::answer`]); `None` sends the caller to the answer's own table.
+fn applied_locally(
+    base: &LoadedTable,
+    updates: Vec<TableUpdate>,
+    answer: &[u8],
+) -> Option<LoadedTable> {
+    let head = AnswerHead::scan(answer)?;
+    let metadata = match apply_updates(&base.metadata, base.metadata_location.clone(), updates) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::debug!(
+                "commit to {}: applying it locally failed ({e}); reading the catalog's answer",
+                base.ident
+            );
+            return None;
+        }
+    };
+    if !head.agrees_with(&metadata) {
+        tracing::debug!(
+            "commit to {}: the catalog's answer ({head:?}) differs from the commit applied locally; reading the answer",
+            base.ident
+        );
+        return None;
+    }
+    Some(LoadedTable {
+        ident: base.ident.clone(),
+        metadata_location: head.metadata_location,
+        metadata: std::sync::Arc::new(metadata),
+        io_props: base.io_props.clone(),
+    })
 }
 
 impl RestCatalog {
@@ -485,19 +575,14 @@ impl RestCatalog {
         }
     }
 
+    /// Posts a commit; returns the body of a successful answer.
     async fn post_commit(
         &self,
         ident: &TableIdent,
-        requirements: Vec<TableRequirement>,
-        updates: Vec<TableUpdate>,
-    ) -> Result<LoadedTable> {
-        let request = CommitTableRequest {
-            identifier: Some(ident.clone()),
-            requirements,
-            updates,
-        };
+        request: &CommitTableRequest,
+    ) -> Result<bytes::Bytes> {
         let response = match self
-            .send(Method::POST, &self.table_url(ident), Some(&request))
+            .send(Method::POST, &self.table_url(ident), Some(request))
             .await
         {
             Ok(r) => r,
@@ -512,20 +597,14 @@ impl RestCatalog {
         };
         let status = response.status();
         if status.is_success() {
-            // Committed. If the body cannot be read, say "unknown" so the caller reloads
-            // and finds its commit id instead of treating the rows as not written.
-            return match parse_json::<CommitTableResponse>(response, "commit").await {
-                Ok(result) => Ok(LoadedTable {
-                    ident: ident.clone(),
-                    metadata_location: Some(result.metadata_location),
-                    metadata: std::sync::Arc::new(result.metadata),
-                    io_props: HashMap::new(),
-                }),
-                Err(e) => Err(Error::new(
+            // Committed. If the body cannot be read, say "unknown" (see
+            // `parse_commit_answer`).
+            return response.bytes().await.map_err(|e| {
+                Error::new(
                     ErrorKind::CommitStateUnknown,
-                    e.message().to_string(),
-                )),
-            };
+                    transport_error(e, "commit").message().to_string(),
+                )
+            });
         }
         let error = status_error(response, &format!("commit to {ident}")).await;
         // Only answers that say the request was refused are definite; any other (5xx,

@@ -17,6 +17,7 @@ use iceberg::spec::{TableMetadata, TableMetadataBuilder};
 use iceberg::{NamespaceIdent, TableCreation, TableIdent, TableRequirement, TableUpdate};
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::answer::apply_updates;
 use super::{Catalog, LoadedTable, NewTable};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -298,22 +299,15 @@ impl Catalog for SqlCatalog {
             .metadata_location
             .clone()
             .expect("loaded tables have one");
-        let mut builder = TableMetadataBuilder::new_from_metadata(
-            current.metadata.as_ref().clone(),
-            Some(previous_location.clone()),
-        );
         // An update the metadata refuses is the catalog refusing the commit (as a REST
         // catalog answers 400), never a message's fault.
-        let refused = |e: iceberg::Error| {
+        let metadata = apply_updates(&current.metadata, Some(previous_location.clone()), updates)
+            .map_err(|e| {
             Error::new(
                 ErrorKind::Rejected,
                 format!("embedded catalog refused the commit to {ident}: {e}"),
             )
-        };
-        for update in updates {
-            builder = update.apply(builder).map_err(refused)?;
-        }
-        let metadata = builder.build().map_err(refused)?.metadata;
+        })?;
         let new_location = next_metadata_location(metadata.location(), Some(&previous_location));
         self.write_metadata(&new_location, &metadata).await?;
         let ns = Self::namespace_key(ident.namespace());

@@ -105,6 +105,29 @@ def foreign_append_and_expire(args):
     return {"snapshots": len(t.metadata.snapshots)}
 
 
+def tag_head(args):
+    """Another tool tags the table's current snapshot (pyiceberg's manage_snapshots)."""
+    from pyiceberg.catalog import load_catalog
+    cat = load_catalog("rest", type="rest", uri=args["uri"], **args.get("props", {}))
+    t = cat.load_table(args["table"])
+    head = t.metadata.current_snapshot_id
+    t.manage_snapshots().create_tag(snapshot_id=head, tag_name=args["tag"]).commit()
+    return {"snapshot_id": head}
+
+
+def at_ref(args):
+    """The table's refs, and the ids in the snapshot `ref` points at (read by pyiceberg,
+    so every file of that snapshot must still be there)."""
+    from pyiceberg.catalog import load_catalog
+    cat = load_catalog("rest", type="rest", uri=args["uri"], **args.get("props", {}))
+    t = cat.load_table(args["table"])
+    refs = {name: r.snapshot_id for name, r in t.metadata.refs.items()}
+    ids = None
+    if args["ref"] in refs:
+        ids = sorted(t.scan(snapshot_id=refs[args["ref"]]).to_arrow()["id"].to_pylist())
+    return {"refs": refs, "ids": ids, "snapshots": len(t.metadata.snapshots)}
+
+
 def drop_sql_table(args):
     """Drops a table of an embedded (SQL) catalog, as another tool would."""
     from pyiceberg.catalog import load_catalog
@@ -187,6 +210,12 @@ def main():
         return
     if reader == "foreign-append-and-expire":
         print(json.dumps(foreign_append_and_expire(args)))
+        return
+    if reader == "tag-head":
+        print(json.dumps(tag_head(args)))
+        return
+    if reader == "at-ref":
+        print(json.dumps(at_ref(args)))
         return
     if reader == "make-v1-table":
         print(json.dumps(make_v1_table(args)))

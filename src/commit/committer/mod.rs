@@ -166,6 +166,7 @@ impl TableCommitter {
                 manifest_list: None,
                 manifests: ManifestCache::default(),
                 pace,
+                loaded_at: std::time::Instant::now(),
                 commits_done,
             }
             .run(encoded_rx),

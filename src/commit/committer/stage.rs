@@ -98,6 +98,10 @@ impl Drop for RoundRunning {
     }
 }
 
+/// How old the committer's view of its table may grow before it is loaded again from
+/// the catalog (see [`CommitStage::refresh_if_due`]).
+pub(super) const VIEW_MAX_AGE: Duration = Duration::from_secs(60);
+
 /// How often a failed look for an earlier attempt is tried again before the outcome is
 /// reported unknown.
 const LOOK_RETRIES: u32 = 3;
@@ -134,6 +138,8 @@ pub(super) struct CommitStage {
     /// Manifests read by upserts' key lookups (see [`ManifestCache`]).
     pub(super) manifests: ManifestCache,
     pub(super) pace: Arc<Mutex<Pace>>,
+    /// When the view was last loaded whole from the catalog.
+    pub(super) loaded_at: Instant,
     /// Counts finished commits; the encoder waits on it when gathering.
     pub(super) commits_done: watch::Sender<u64>,
 }
@@ -162,6 +168,24 @@ impl CommitStage {
             }
             self.commits_done.send_modify(|n| *n += 1);
             self.expire_if_due().await;
+            self.refresh_if_due().await;
+        }
+    }
+
+    /// Reloads the table when the view is [`VIEW_MAX_AGE`] old. Commits update the view
+    /// locally (see `catalog::answer`), which keeps the head and schema right but misses
+    /// what other tools change without moving the main branch: properties, tags, other
+    /// branches. A failed reload is retried at the next commit.
+    async fn refresh_if_due(&mut self) {
+        if self.loaded_at.elapsed() < VIEW_MAX_AGE {
+            return;
+        }
+        match self.reload().await {
+            Ok(table) => {
+                self.loaded_at = Instant::now();
+                self.publish(table);
+            }
+            Err(e) => tracing::debug!("refreshing the table failed: {e}"),
         }
     }
 
@@ -445,7 +469,7 @@ impl CommitStage {
             let t1 = Instant::now();
             let answer = self
                 .catalog
-                .commit(&ident, prepared.requirements, prepared.updates)
+                .commit_on(&view.table, prepared.requirements, prepared.updates)
                 .await
                 .and_then(|table| accepted(table, snapshot_id));
             match answer {
@@ -643,6 +667,27 @@ impl CommitStage {
             return;
         }
         self.last_expiry = Some(Instant::now());
+        // The view may be a commit applied locally: decide on the catalog's own table,
+        // which has every other writer's refs, so no snapshot they keep is removed.
+        let fresh = match self.reload().await {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                tracing::debug!("snapshot expiry skipped: {e}");
+                return;
+            }
+        };
+        self.loaded_at = Instant::now();
+        self.publish(fresh);
+        let view = self.current();
+        let expired = expired_snapshots(&view.table.metadata, self.options.retention, now);
+        let refs = if self.options.retention.max_age.is_zero() {
+            Vec::new()
+        } else {
+            expired_refs(&view.table.metadata, now)
+        };
+        if expired.is_empty() && refs.is_empty() {
+            return;
+        }
         let before = view.table.metadata.clone();
         let (requirements, updates) = removal_request(&before, expired.clone(), refs);
         match self

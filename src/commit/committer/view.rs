@@ -191,8 +191,9 @@ pub(super) fn publish_table(
     table: LoadedTable,
 ) {
     let current = view.borrow().clone();
-    let same_shape = current.table.metadata.current_schema_id()
-        == table.metadata.current_schema_id()
+    // The format version decides merging and row lineage (another tool may upgrade it).
+    let same_shape = current.table.metadata.format_version() == table.metadata.format_version()
+        && current.table.metadata.current_schema_id() == table.metadata.current_schema_id()
         && current.table.metadata.default_partition_spec_id()
             == table.metadata.default_partition_spec_id()
         && current.table.metadata.properties() == table.metadata.properties();
