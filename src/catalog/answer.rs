@@ -19,9 +19,9 @@
 use std::collections::HashMap;
 
 use iceberg::TableUpdate;
-use iceberg::spec::{SnapshotReference, TableMetadata, TableMetadataBuilder};
+use iceberg::spec::{TableMetadata, TableMetadataBuilder};
 
-use crate::commit::refs::table_refs;
+use super::Refs;
 
 /// The fields of a commit answer (`{"metadata-location": …, "metadata": {…}}`) that floe
 /// checks a locally applied commit against. Each is `None` when the answer lacks it.
@@ -38,7 +38,7 @@ pub struct AnswerHead {
     /// What other tools may change without moving the main branch, so the requirements
     /// do not pin it: compared whole, so the view misses no such change.
     pub properties: Option<HashMap<String, String>>,
-    pub refs: Option<HashMap<String, SnapshotReference>>,
+    pub refs: Option<Refs>,
 }
 
 impl AnswerHead {
@@ -113,7 +113,7 @@ impl AnswerHead {
     /// head, sequence number and row ids, properties and refs. A field the answer lacks
     /// cannot disagree, except the location and the head, which say the commit was
     /// applied (a redirect to the table's GET answers with the old head), and the refs.
-    pub fn agrees_with(&self, applied: &TableMetadata) -> bool {
+    pub fn agrees_with(&self, applied: &TableMetadata, applied_refs: Option<&Refs>) -> bool {
         fn same<T: PartialEq>(stated: &Option<T>, local: T) -> bool {
             stated.as_ref().is_none_or(|s| *s == local)
         }
@@ -131,7 +131,7 @@ impl AnswerHead {
             && self.properties.as_ref().unwrap_or(&HashMap::new()) == applied.properties()
             // v1 metadata may have no refs; from v2 on, missing refs cannot be checked.
             && match &self.refs {
-                Some(refs) => table_refs(applied).as_ref() == Some(refs),
+                Some(refs) => applied_refs == Some(refs),
                 None => self.format_version == Some(1),
             }
     }
@@ -149,6 +149,30 @@ pub fn apply_updates(
         builder = update.apply(builder)?;
     }
     Ok(builder.build()?.metadata)
+}
+
+/// `refs` after `updates`, as a catalog changes them: refs set, removed, and dropped
+/// with the snapshot they point at. `None` when `refs` is unknown.
+pub fn refs_after(refs: Option<&Refs>, updates: &[TableUpdate]) -> Option<Refs> {
+    let mut refs = refs?.clone();
+    for update in updates {
+        match update {
+            TableUpdate::SetSnapshotRef {
+                ref_name,
+                reference,
+            } => {
+                refs.insert(ref_name.clone(), reference.clone());
+            }
+            TableUpdate::RemoveSnapshotRef { ref_name } => {
+                refs.remove(ref_name);
+            }
+            TableUpdate::RemoveSnapshots { snapshot_ids } => {
+                refs.retain(|_, r| !snapshot_ids.contains(&r.snapshot_id))
+            }
+            _ => {}
+        }
+    }
+    Some(refs)
 }
 
 /// What to do after a key of an object was read.
@@ -371,6 +395,7 @@ mod tests {
 
     #[test]
     fn a_commit_applied_locally_agrees_only_with_an_answer_that_matches_it() {
+        use crate::commit::refs::table_refs;
         use iceberg::spec::{SnapshotReference, SnapshotRetention};
         let base: TableMetadata =
             serde_json::from_str(include_str!("../commit/testdata/two_snapshots.json")).unwrap();
@@ -378,10 +403,13 @@ mod tests {
             updates: HashMap::from([("floe.k".to_string(), "v".to_string())]),
         };
         let applied = apply_updates(&base, None, vec![property.clone()]).unwrap();
+        // The refs carried over are the applied metadata's own.
+        let refs = refs_after(table_refs(&base).as_ref(), std::slice::from_ref(&property));
+        assert_eq!(refs, table_refs(&applied));
         let agrees = |server: &TableMetadata| {
             AnswerHead::scan(answer_for(server).as_bytes())
                 .unwrap()
-                .agrees_with(&applied)
+                .agrees_with(&applied, refs.as_ref())
         };
         assert!(agrees(&applied));
         // The catalog's table differs in what the requirements do not pin: a property

@@ -12,12 +12,16 @@ pub mod rest;
 pub mod sql;
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use async_trait::async_trait;
-use iceberg::spec::{Schema, TableMetadataRef, UnboundPartitionSpec};
+use iceberg::spec::{Schema, SnapshotReference, TableMetadataRef, UnboundPartitionSpec};
 use iceberg::{NamespaceIdent, TableIdent, TableRequirement, TableUpdate};
 
 use crate::Result;
+
+/// A table's branches and tags by name.
+pub type Refs = HashMap<String, SnapshotReference>;
 
 /// A table as the catalog last reported it.
 #[derive(Debug, Clone)]
@@ -27,6 +31,43 @@ pub struct LoadedTable {
     pub metadata: TableMetadataRef,
     /// FileIO properties the catalog supplied for this table (e.g. vended credentials).
     pub io_props: HashMap<String, String>,
+    /// The metadata's refs, once known (see [`Self::refs`]).
+    refs: OnceLock<Option<Refs>>,
+}
+
+impl LoadedTable {
+    pub fn new(
+        ident: TableIdent,
+        metadata_location: Option<String>,
+        metadata: TableMetadataRef,
+        io_props: HashMap<String, String>,
+    ) -> Self {
+        LoadedTable {
+            ident,
+            metadata_location,
+            metadata,
+            io_props,
+            refs: OnceLock::new(),
+        }
+    }
+
+    /// The table with its refs already known (e.g. read from a catalog's answer); they
+    /// must be the metadata's own.
+    pub fn with_refs(self, refs: Option<Refs>) -> Self {
+        LoadedTable {
+            refs: OnceLock::from(refs),
+            ..self
+        }
+    }
+
+    /// The table's refs (`None`: the metadata has none, as v1 metadata may). iceberg-rust
+    /// keeps them private, so the first call reads them through a serialisation of the
+    /// whole metadata (see `commit::refs`); a commit applied locally carries them over.
+    pub fn refs(&self) -> Option<&Refs> {
+        self.refs
+            .get_or_init(|| crate::commit::refs::table_refs(&self.metadata))
+            .as_ref()
+    }
 }
 
 /// What a new table should look like.

@@ -17,7 +17,7 @@ use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::Deserialize;
 use tokio::sync::Mutex;
 
-use super::answer::{AnswerHead, apply_updates};
+use super::answer::{AnswerHead, apply_updates, refs_after};
 use super::{Catalog, LoadedTable, NewTable};
 use crate::config::{CatalogConfig, OAuth2Config, redact_user_info};
 use crate::error::{Error, ErrorKind, Result};
@@ -254,12 +254,12 @@ impl RestCatalog {
         for cred in r.storage_credentials.unwrap_or_default() {
             io_props.extend(cred.config);
         }
-        LoadedTable {
-            ident: ident.clone(),
-            metadata_location: r.metadata_location,
-            metadata: std::sync::Arc::new(r.metadata),
+        LoadedTable::new(
+            ident.clone(),
+            r.metadata_location,
+            std::sync::Arc::new(r.metadata),
             io_props,
-        }
+        )
     }
 }
 
@@ -443,12 +443,12 @@ fn parse_commit_answer(
     io_props: HashMap<String, String>,
 ) -> Result<LoadedTable> {
     match serde_json::from_slice::<CommitTableResponse>(answer) {
-        Ok(result) => Ok(LoadedTable {
-            ident: ident.clone(),
-            metadata_location: Some(result.metadata_location),
-            metadata: std::sync::Arc::new(result.metadata),
+        Ok(result) => Ok(LoadedTable::new(
+            ident.clone(),
+            Some(result.metadata_location),
+            std::sync::Arc::new(result.metadata),
             io_props,
-        }),
+        )),
         Err(e) => Err(Error::new(
             ErrorKind::CommitStateUnknown,
             format!("commit: unexpected response: {e}"),
@@ -464,6 +464,7 @@ fn applied_locally(
     answer: &[u8],
 ) -> Option<LoadedTable> {
     let head = AnswerHead::scan(answer)?;
+    let refs = refs_after(base.refs(), &updates);
     let metadata = match apply_updates(&base.metadata, base.metadata_location.clone(), updates) {
         Ok(m) => m,
         Err(e) => {
@@ -474,19 +475,22 @@ fn applied_locally(
             return None;
         }
     };
-    if !head.agrees_with(&metadata) {
+    if !head.agrees_with(&metadata, refs.as_ref()) {
         tracing::debug!(
-            "commit to {}: the catalog's answer ({head:?}) differs from the commit applied locally; reading the answer",
+            "commit to {}: the catalog's answer differs from the commit applied locally; reading the answer",
             base.ident
         );
         return None;
     }
-    Some(LoadedTable {
-        ident: base.ident.clone(),
-        metadata_location: head.metadata_location,
-        metadata: std::sync::Arc::new(metadata),
-        io_props: base.io_props.clone(),
-    })
+    Some(
+        LoadedTable::new(
+            base.ident.clone(),
+            head.metadata_location,
+            std::sync::Arc::new(metadata),
+            base.io_props.clone(),
+        )
+        .with_refs(refs),
+    )
 }
 
 impl RestCatalog {

@@ -193,12 +193,7 @@ impl SqlCatalog {
     }
 
     fn loaded(ident: &TableIdent, location: String, metadata: Arc<TableMetadata>) -> LoadedTable {
-        LoadedTable {
-            ident: ident.clone(),
-            metadata_location: Some(location),
-            metadata,
-            io_props: Default::default(),
-        }
+        LoadedTable::new(ident.clone(), Some(location), metadata, Default::default())
     }
 }
 

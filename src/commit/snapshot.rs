@@ -17,6 +17,7 @@
 //! (positional merge-on-read), both planned again on every attempt's head
 //! (see [`crate::rowops::removal`]). Deletes alone make a delete snapshot.
 
+use crate::catalog::{LoadedTable, Refs};
 use std::collections::HashMap;
 
 use iceberg::io::FileIO;
@@ -383,10 +384,9 @@ fn offsets_update(
 pub use super::refs::table_refs;
 
 /// Main's retention settings, kept when the branch moves.
-fn main_retention(metadata: &TableMetadata) -> SnapshotRetention {
-    table_refs(metadata)
-        .and_then(|mut refs| refs.remove(MAIN_BRANCH))
-        .map(|r| r.retention)
+fn main_retention(refs: Option<&Refs>) -> SnapshotRetention {
+    refs.and_then(|refs| refs.get(MAIN_BRANCH))
+        .map(|r| r.retention.clone())
         .unwrap_or(SnapshotRetention::branch(None, None, None))
 }
 
@@ -396,7 +396,7 @@ fn main_retention(metadata: &TableMetadata) -> SnapshotRetention {
 /// fails, what it wrote in `file_io` (merged manifests, rewritten data files, position
 /// deletes) is deleted: nothing references it.
 pub async fn prepare_snapshot(
-    metadata: &TableMetadata,
+    table: &LoadedTable,
     file_io: &FileIO,
     stage_io: &FileIO,
     files: &SnapshotChanges,
@@ -406,7 +406,7 @@ pub async fn prepare_snapshot(
 ) -> Result<PreparedCommit> {
     let mut written = Vec::new();
     let prepared = build_snapshot(
-        metadata,
+        table,
         file_io,
         stage_io,
         (files, merge, cache),
@@ -427,13 +427,14 @@ pub async fn prepare_snapshot(
 
 /// [`prepare_snapshot`]'s work; every file it writes is recorded in `written`.
 async fn build_snapshot(
-    metadata: &TableMetadata,
+    table: &LoadedTable,
     file_io: &FileIO,
     stage_io: &FileIO,
     (files, merge, cache): (&SnapshotChanges, &MergePolicy, Cached<'_>),
     attempt: Attempt<'_>,
     written: &mut Vec<String>,
 ) -> Result<PreparedCommit> {
+    let metadata = &*table.metadata;
     let Attempt {
         number: attempt,
         rebase,
@@ -652,7 +653,7 @@ async fn build_snapshot(
             TableUpdate::AddSnapshot { snapshot },
             TableUpdate::SetSnapshotRef {
                 ref_name: MAIN_BRANCH.to_string(),
-                reference: SnapshotReference::new(snapshot_id, main_retention(metadata)),
+                reference: SnapshotReference::new(snapshot_id, main_retention(table.refs())),
             },
         ]
         .into_iter()
@@ -706,7 +707,7 @@ mod tests {
             r#""main": {"snapshot-id": 2, "type": "branch"}"#,
             r#""main": {"snapshot-id": 2, "type": "branch", "min-snapshots-to-keep": 7}"#,
         );
-        match main_retention(&metadata(&json)) {
+        match main_retention(table_refs(&metadata(&json)).as_ref()) {
             SnapshotRetention::Branch {
                 min_snapshots_to_keep,
                 ..

@@ -417,7 +417,7 @@ impl CommitStage {
             // Per attempt, so nothing of a failed attempt stays in memory.
             let staging = Staging::default();
             let prepared = match prepare_snapshot(
-                &view.table.metadata,
+                &view.table,
                 &view.file_io,
                 staging.io(),
                 changes,
