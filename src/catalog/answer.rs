@@ -11,10 +11,12 @@
 //! snapshot just sent. The scan stops as soon as it has those, which in the field order
 //! Java's catalogs write is before the snapshots.
 //!
-//! What a local copy misses is what the requirements do not pin: properties, other
-//! branches and tags, snapshots removed by another tool. The committer reloads the table
-//! before it expires snapshots and at least once a minute (see `stage`), and after every
-//! conflict, so nothing is deleted from a view that misses another writer's refs.
+//! What other tools change without moving the main branch, the requirements do not pin:
+//! properties, tags and other branches are therefore compared whole with the answer's
+//! (which Java's catalogs also write before the snapshots), and any difference sends
+//! floe to the full answer. What is compared neither way (snapshots another tool
+//! removed, statistics) the committer picks up when it reloads the table: before it
+//! expires snapshots, at least once a minute (see `stage`), and after every conflict.
 
 use std::collections::HashMap;
 

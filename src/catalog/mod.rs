@@ -105,8 +105,8 @@ pub trait Catalog: Send + Sync {
     /// uuid, main branch head, schema and spec. The table returned may be `base` with
     /// `updates` applied locally, checked against the catalog's answer, instead of the
     /// table the catalog sent back (see [`answer`]): cheaper for long histories, but
-    /// blind to what the requirements do not pin (properties, other refs), which the
-    /// caller must reload to see.
+    /// blind to what the check does not cover (snapshots another tool removed,
+    /// statistics), which the caller reloads to see.
     async fn commit_on(
         &self,
         base: &LoadedTable,
