@@ -220,7 +220,8 @@ def serve(parent_pid: int):
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     try:
         info = services.start()
-        print(json.dumps(info), flush=True)
+        # PIDs let benchmarks read each service's CPU time from /proc.
+        print(json.dumps({**info, "pids": services.pids}), flush=True)
         while not stop and alive(parent_pid):
             time.sleep(0.5)
     finally:

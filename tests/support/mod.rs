@@ -132,6 +132,9 @@ pub struct Services {
     pub access_key: String,
     pub secret_key: String,
     pub region: String,
+    /// Service name (`seaweedfs`, `rest-fixture`) → PID, for CPU accounting.
+    #[serde(default)]
+    pub pids: std::collections::HashMap<String, u32>,
 }
 
 /// Starts (once per test binary) `e2e/services.py serve`, which installs what is
@@ -167,6 +170,18 @@ pub fn services() -> &'static Services {
 }
 
 impl Services {
+    /// CPU seconds a service's process has used so far (user + system, all threads,
+    /// from `/proc/PID/stat`; 10 ms ticks); `None` if unknown.
+    pub fn cpu_seconds(&self, service: &str) -> Option<f64> {
+        let pid = self.pids.get(service)?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: f64 =
+            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        Some(ticks / 100.0)
+    }
+
     /// floe config fragment for this REST catalog + S3.
     pub fn floe_config(&self) -> Value {
         serde_json::json!({
