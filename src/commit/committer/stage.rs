@@ -173,9 +173,9 @@ impl CommitStage {
     }
 
     /// Reloads the table when the view is [`VIEW_MAX_AGE`] old. Commits update the view
-    /// locally (see `catalog::answer`), which keeps the head and schema right but misses
-    /// what other tools change without moving the main branch: properties, tags, other
-    /// branches. A failed reload is retried at the next commit.
+    /// locally (see `catalog::answer`); the answer's check covers the head, properties
+    /// and refs but not what another tool removed without moving them (expired
+    /// snapshots, statistics). A failed reload is retried at the next commit.
     async fn refresh_if_due(&mut self) {
         if self.loaded_at.elapsed() < VIEW_MAX_AGE {
             return;
@@ -639,6 +639,22 @@ impl CommitStage {
         }
     }
 
+    /// Snapshots and refs past their retention at `now_ms` (refs only while floe's age
+    /// limit is on).
+    fn expired(
+        &self,
+        metadata: &iceberg::spec::TableMetadata,
+        now_ms: i64,
+    ) -> (Vec<i64>, Vec<String>) {
+        let snapshots = expired_snapshots(metadata, self.options.retention, now_ms);
+        let refs = if self.options.retention.max_age.is_zero() {
+            Vec::new()
+        } else {
+            expired_refs(metadata, now_ms)
+        };
+        (snapshots, refs)
+    }
+
     /// Expires snapshots past the table's retention (see `expire`) when at least 100
     /// are due, or any are and the last round is a minute old: one catalog commit per
     /// many data commits. One round at a time: a round whose file cleanup still runs
@@ -657,12 +673,7 @@ impl CommitStage {
             return;
         }
         let now = chrono::Utc::now().timestamp_millis();
-        let expired = expired_snapshots(&view.table.metadata, self.options.retention, now);
-        let refs = if self.options.retention.max_age.is_zero() {
-            Vec::new()
-        } else {
-            expired_refs(&view.table.metadata, now)
-        };
+        let (expired, refs) = self.expired(&view.table.metadata, now);
         if (expired.is_empty() && refs.is_empty()) || (expired.len() < 100 && !stale) {
             return;
         }
@@ -679,12 +690,7 @@ impl CommitStage {
         self.loaded_at = Instant::now();
         self.publish(fresh);
         let view = self.current();
-        let expired = expired_snapshots(&view.table.metadata, self.options.retention, now);
-        let refs = if self.options.retention.max_age.is_zero() {
-            Vec::new()
-        } else {
-            expired_refs(&view.table.metadata, now)
-        };
+        let (expired, refs) = self.expired(&view.table.metadata, now);
         if expired.is_empty() && refs.is_empty() {
             return;
         }
