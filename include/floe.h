@@ -56,9 +56,6 @@ typedef struct floe_error floe_error;
 // writer at once. Free with `floe_writer_free` once no call is using it.
 typedef struct floe_writer floe_writer;
 
-// When to merge; read from the config and the table's properties.
-typedef struct MergePolicy MergePolicy;
-
 // A batch of messages laid out for one call: message `i` is
 // `data[offsets[i] .. offsets[i+1]]`. `namespaces`/`tables` are optional (NULL when the
 // config's value applies to every message); when given they use the same layout with
@@ -69,6 +66,7 @@ typedef struct MergePolicy MergePolicy;
 // offset `message_offsets[i]`. `types`/`type_offsets` (NULL when the output has no
 // schema metadata or type mapping) carry each message's explicit column types.
 typedef struct floe_batch {
+  // The messages' bytes; may be NULL when every message is empty.
   const uint8_t *data;
   // `count + 1` offsets into `data`, non-decreasing.
   const size_t *offsets;
@@ -167,6 +165,7 @@ const char *floe_error_message(const struct floe_error *err);
 // Each pointer argument must be NULL or a live object obtained from floe.
 void floe_error_free(struct floe_error *err);
 
+// A new token, not fired. Never NULL. Free with `floe_cancel_token_free`.
 struct floe_cancel_token *floe_cancel_token_new(void);
 
 // Fires the token: calls waiting on it return `FLOE_STATUS_CANCELLED` as soon as they
@@ -176,6 +175,7 @@ struct floe_cancel_token *floe_cancel_token_new(void);
 // Each pointer argument must be NULL or a live object obtained from floe.
 void floe_cancel_token_cancel(const struct floe_cancel_token *token);
 
+// Frees a token once every call given it has returned. NULL is accepted.
 //
 // # Safety
 // Each pointer argument must be NULL or a live object obtained from floe.
@@ -248,6 +248,7 @@ size_t floe_batch_result_rows(const struct floe_batch_result *result);
 // Each pointer argument must be NULL or a live object obtained from floe.
 size_t floe_batch_result_snapshots(const struct floe_batch_result *result);
 
+// Frees a result and the errors it owns. NULL is accepted.
 //
 // # Safety
 // Each pointer argument must be NULL or a live object obtained from floe.

@@ -907,3 +907,36 @@ fn a_tag_made_by_another_tool_mid_run_survives_floes_expiry() {
     assert_eq!(after["ids"], json!((0..30).collect::<Vec<_>>()), "{after}");
     assert_eq!(ids_read_back(table), (0..calls * 10).collect::<Vec<i64>>());
 }
+
+/// Another tool moves the table's location mid-run. floe's first commit after the move
+/// is built on its view from before (nothing told it yet), but that commit's answer
+/// states the new location, so the next snapshot's manifests go under it.
+#[test]
+fn a_location_moved_by_another_tool_mid_run_is_followed() {
+    let rt = runtime();
+    let name = format!("moved_mid_run_{}", std::process::id());
+    let table = &format!("committer.{name}");
+    let writer = rt
+        .block_on(Writer::open(rest_config(json!({
+            "namespace": "committer", "table": name,
+            "schema_evolution": {"enabled": true, "schema": schema()}}))))
+        .unwrap();
+    support::write_ok(&rt, &writer, &rows(0, 10));
+    let mut args = services().pyiceberg_args(table);
+    let before = read_back("head-manifest-list", args.clone());
+    let moved = format!("{}_moved", before["location"].as_str().unwrap());
+    args["location"] = json!(moved);
+    assert_eq!(
+        read_back("move-location", args.clone())["location"],
+        json!(moved)
+    );
+    support::write_ok(&rt, &writer, &rows(10, 20));
+    support::write_ok(&rt, &writer, &rows(20, 30));
+    let after = read_back("head-manifest-list", args);
+    let list = after["manifest_list"].as_str().unwrap();
+    assert!(
+        list.starts_with(&format!("{moved}/")),
+        "the manifest list {list} is not under the moved location {moved}"
+    );
+    assert_eq!(ids_read_back(table), (0..30).collect::<Vec<i64>>());
+}

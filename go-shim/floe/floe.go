@@ -22,22 +22,25 @@ import (
 // ABIVersion is the C ABI version this binding was written for.
 const ABIVersion = 5
 
-// Status mirrors floe_status.
+// The binding was written for ABIVersion: it stops compiling when floe.h says otherwise.
+var _ = [1]struct{}{}[ABIVersion-C.FLOE_ABI_VERSION]
+
+// Status mirrors floe_status; the values are floe.h's own constants.
 type Status uint32
 
 const (
-	StatusOK                 Status = 0
-	StatusInvalidArgument    Status = 1
-	StatusConfig             Status = 2
-	StatusData               Status = 3
-	StatusNotFound           Status = 4
-	StatusConflict           Status = 5
-	StatusCommitStateUnknown Status = 6
-	StatusUnavailable        Status = 7
-	StatusRejected           Status = 8
-	StatusCancelled          Status = 9
-	StatusInternal           Status = 10
-	StatusPanic              Status = 11
+	StatusOK                 Status = C.FLOE_STATUS_OK
+	StatusInvalidArgument    Status = C.FLOE_STATUS_INVALID_ARGUMENT
+	StatusConfig             Status = C.FLOE_STATUS_CONFIG
+	StatusData               Status = C.FLOE_STATUS_DATA
+	StatusNotFound           Status = C.FLOE_STATUS_NOT_FOUND
+	StatusConflict           Status = C.FLOE_STATUS_CONFLICT
+	StatusCommitStateUnknown Status = C.FLOE_STATUS_COMMIT_STATE_UNKNOWN
+	StatusUnavailable        Status = C.FLOE_STATUS_UNAVAILABLE
+	StatusRejected           Status = C.FLOE_STATUS_REJECTED
+	StatusCancelled          Status = C.FLOE_STATUS_CANCELLED
+	StatusInternal           Status = C.FLOE_STATUS_INTERNAL
+	StatusPanic              Status = C.FLOE_STATUS_PANIC
 )
 
 // Error is a failure reported by libfloe.

@@ -3,20 +3,22 @@
 //! A REST catalog answers every commit with the table's whole metadata: every retained
 //! snapshot, its summary, the logs. Parsing that into a `TableMetadata` costs about
 //! 10 µs per retained snapshot, every commit (97 ms at 10,000 snapshots; the
-//! `commit_age` bench). floe does not need it: the commit's requirements pinned the
-//! table's uuid, main branch head, schema and spec, so the catalog applied floe's
-//! updates to the very metadata floe built them on. floe applies the same updates to
-//! its own copy ([`apply_updates`]) and reads from the answer only what it checks
-//! ([`AnswerHead`]): where the new metadata lives and that the main branch now is the
-//! snapshot just sent. The scan stops as soon as it has those, which in the field order
-//! Java's catalogs write is before the snapshots.
+//! `commit_age` bench). floe does not need most of it: the commit's requirements pinned
+//! the table's uuid, main branch head, schema and spec, so the catalog applied floe's
+//! updates to metadata that agrees with floe's copy on everything floe's commits are
+//! built from. floe applies the same updates to its own copy ([`apply_updates`]) and
+//! reads from the answer only what it checks ([`AnswerHead`]): where the new metadata
+//! lives and that the main branch now is the snapshot just sent. The scan stops as soon
+//! as it has those, which in the field order Java's catalogs write is before the
+//! snapshots.
 //!
 //! What other tools change without moving the main branch, the requirements do not pin:
-//! properties, tags and other branches are therefore compared whole with the answer's
-//! (which Java's catalogs also write before the snapshots), and any difference sends
-//! floe to the full answer. What is compared neither way (snapshots another tool
-//! removed, statistics) the committer picks up when it reloads the table: before it
-//! expires snapshots, at least once a minute (see `stage`), and after every conflict.
+//! the location, properties, tags and other branches are therefore compared whole with
+//! the answer's (which Java's catalogs also write before the snapshots), and any
+//! difference sends floe to the full answer. What is compared neither way (snapshots
+//! another tool removed, statistics, schemas and specs that are not current, the logs)
+//! the committer picks up when it reloads the table: before it expires snapshots, at
+//! least once a minute (see `stage`), and after every conflict.
 
 use std::collections::HashMap;
 
@@ -31,6 +33,8 @@ use super::Refs;
 pub struct AnswerHead {
     pub metadata_location: Option<String>,
     pub table_uuid: Option<String>,
+    /// The table's location, under which floe writes manifests and metadata.
+    pub location: Option<String>,
     pub format_version: Option<u8>,
     /// `Some(None)`: the answer says the table has no current snapshot (null or -1).
     pub current_snapshot_id: Option<Option<i64>>,
@@ -59,6 +63,7 @@ impl AnswerHead {
                 scan.object(|scan, key| {
                     match key {
                         b"table-uuid" => head.table_uuid = Some(scan.string_value()?),
+                        b"location" => head.location = Some(scan.string_value()?),
                         b"format-version" => {
                             head.format_version = Some(u8::try_from(scan.integer_or_null()??).ok()?)
                         }
@@ -103,6 +108,7 @@ impl AnswerHead {
         };
         self.metadata_location.is_some()
             && self.table_uuid.is_some()
+            && self.location.is_some()
             && self.current_snapshot_id.is_some()
             && self.properties.is_some()
             && self.refs.is_some()
@@ -111,8 +117,8 @@ impl AnswerHead {
     }
 
     /// Whether the answer agrees with `applied` (the base plus floe's updates) on
-    /// everything it states that floe relies on: the same table and format, main branch
-    /// head, sequence number and row ids, properties and refs. A field the answer lacks
+    /// everything it states that floe relies on: the same table, location and format,
+    /// main branch head, sequence number and row ids, properties and refs. A field the answer lacks
     /// cannot disagree, except the location and the head, which say the commit was
     /// applied (a redirect to the table's GET answers with the old head), and the refs.
     pub fn agrees_with(&self, applied: &TableMetadata, applied_refs: Option<&Refs>) -> bool {
@@ -126,15 +132,18 @@ impl AnswerHead {
         self.metadata_location.is_some()
             && self.current_snapshot_id == Some(applied.current_snapshot_id())
             && same(&uuid, Some(applied.uuid()))
+            && same(&self.location.as_deref(), applied.location())
             && same(&self.format_version, applied.format_version() as u8)
             && same(&self.last_sequence_number, applied.last_sequence_number())
             && same(&self.next_row_id, applied.next_row_id() as i64)
             // Absent properties are none (as the full parse reads them).
             && self.properties.as_ref().unwrap_or(&HashMap::new()) == applied.properties()
-            // v1 metadata may have no refs; from v2 on, missing refs cannot be checked.
-            && match &self.refs {
-                Some(refs) => applied_refs == Some(refs),
-                None => self.format_version == Some(1),
+            // iceberg-rust keeps no refs for v1 tables (the full parse drops them too), so
+            // there they cannot be compared; from v2 on, missing refs cannot be checked.
+            && match (&self.refs, applied.format_version() as u8) {
+                (_, 1) => true,
+                (Some(refs), _) => applied_refs == Some(refs),
+                (None, _) => false,
             }
     }
 }
@@ -340,6 +349,7 @@ mod tests {
             AnswerHead {
                 metadata_location: Some("s3://b/t/metadata/00002-a.metadata.json".into()),
                 table_uuid: Some("9C12D441-03FE-4693-9A96-A0705DDF69C1".into()),
+                location: Some("s3://b/t".into()),
                 format_version: Some(2),
                 current_snapshot_id: Some(Some(3055729675574597004)),
                 last_sequence_number: Some(34),
@@ -353,7 +363,7 @@ mod tests {
     #[test]
     fn skips_any_value_before_the_fields_in_any_order() {
         let text = r#" { "metadata" : { "snapshots" : [ {"s":"x\"]}","n":[1,2.5e3,true,null,{}]} ],
-            "current-snapshot-id" : -1 , "refs":{}, "table-uuid":"u\u0041", "last-sequence-number":0,
+            "current-snapshot-id" : -1 , "refs":{}, "table-uuid":"u\u0041", "last-sequence-number":0, "location":"l",
             "format-version": 3, "next-row-id": 12, "properties" : { } } ,
             "extra": [[]], "metadata-location" : "s3://b/\u00e9\/x" } "#;
         let h = head(text).unwrap();
@@ -435,7 +445,10 @@ mod tests {
             ref_name: "main".into(),
             reference: SnapshotReference::new(1, SnapshotRetention::branch(None, None, None)),
         };
-        for change in [other_property, tag, old_head] {
+        let moved = TableUpdate::SetLocation {
+            location: "s3://b/moved".into(),
+        };
+        for change in [other_property, tag, old_head, moved] {
             let server =
                 apply_updates(&base, None, vec![property.clone(), change.clone()]).unwrap();
             assert!(!agrees(&server), "{change:?}");
@@ -444,10 +457,63 @@ mod tests {
     }
 
     #[test]
+    fn refs_carried_over_drop_what_a_removal_or_expiry_drops() {
+        use crate::commit::refs::table_refs;
+        use iceberg::spec::{SnapshotReference, SnapshotRetention};
+        // The fixture's snapshot log is empty, which a removal refuses: log both.
+        let mut json: serde_json::Value =
+            serde_json::from_str(include_str!("../commit/testdata/two_snapshots.json")).unwrap();
+        let log: Vec<serde_json::Value> = json["snapshots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| serde_json::json!({"snapshot-id": s["snapshot-id"], "timestamp-ms": s["timestamp-ms"]}))
+            .collect();
+        json["snapshot-log"] = log.into();
+        let base: TableMetadata = serde_json::from_value(json).unwrap();
+        let oldest = base.snapshots().map(|s| s.snapshot_id()).min().unwrap();
+        let tag_oldest = TableUpdate::SetSnapshotRef {
+            ref_name: "keep".into(),
+            reference: SnapshotReference::new(
+                oldest,
+                SnapshotRetention::Tag {
+                    max_ref_age_ms: Some(1),
+                },
+            ),
+        };
+        let tagged = apply_updates(&base, None, vec![tag_oldest]).unwrap();
+        let tagged_refs = table_refs(&tagged);
+        assert!(tagged_refs.as_ref().unwrap().contains_key("keep"));
+        let untag = TableUpdate::RemoveSnapshotRef {
+            ref_name: "keep".into(),
+        };
+        let expire = TableUpdate::RemoveSnapshots {
+            snapshot_ids: vec![oldest],
+        };
+        for updates in [vec![untag], vec![expire]] {
+            let applied = apply_updates(&tagged, None, updates.clone()).unwrap();
+            let carried = refs_after(tagged_refs.as_ref(), &updates);
+            assert_eq!(carried, table_refs(&applied), "{updates:?}");
+            assert!(!carried.unwrap().contains_key("keep"), "{updates:?}");
+        }
+    }
+
+    #[test]
+    fn a_v1_answer_agrees_whatever_refs_it_states() {
+        // iceberg-rust keeps no refs for v1 tables; Java's catalogs write them anyway.
+        let text = r#"{"metadata-location":"m","metadata":{"format-version":1,"table-uuid":"9c12d441-03fe-4693-9a96-a0705ddf69c1","location":"s3://b/t","current-snapshot-id":-1,"properties":{},"refs":{"main":{"snapshot-id":1,"type":"branch"}}}}"#;
+        let v1: TableMetadata = serde_json::from_str(
+            r#"{"format-version":1,"table-uuid":"9c12d441-03fe-4693-9a96-a0705ddf69c1","location":"s3://b/t","last-updated-ms":1,"last-column-id":1,"schema":{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"x","required":true,"type":"long"}]},"partition-spec":[]}"#,
+        )
+        .unwrap();
+        assert!(head(text).unwrap().agrees_with(&v1, None));
+    }
+
+    #[test]
     fn skipping_never_reads_past_the_end() {
         // Every prefix of a real-looking answer: no panic, and a prefix that stops before
         // the checked fields is refused.
-        let text = r#"{"x":[{"y":"\\\"","z":[1,[2,{"w":null}]]}],"metadata-location":"l","metadata":{"format-version":1,"table-uuid":"u","current-snapshot-id":5,"properties":{"k":"v"},"refs":{}}}"#;
+        let text = r#"{"x":[{"y":"\\\"","z":[1,[2,{"w":null}]]}],"metadata-location":"l","metadata":{"format-version":1,"table-uuid":"u","location":"l","current-snapshot-id":5,"properties":{"k":"v"},"refs":{}}}"#;
         for end in 0..text.len() {
             let h = head(&text[..end]);
             assert!(

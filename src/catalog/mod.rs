@@ -106,7 +106,8 @@ pub trait Catalog: Send + Sync {
     /// `updates` applied locally, checked against the catalog's answer, instead of the
     /// table the catalog sent back (see [`answer`]): cheaper for long histories, but
     /// blind to what the check does not cover (snapshots another tool removed,
-    /// statistics), which the caller reloads to see.
+    /// statistics, schemas and specs that are not current, the logs), which the caller
+    /// reloads to see.
     async fn commit_on(
         &self,
         base: &LoadedTable,

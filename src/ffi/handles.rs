@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
 
-use super::{FloeStatus, fail, ffi_boundary, invalid};
+use super::{FloeStatus, borrow, fail, ffi_boundary, free_handle, into_handle, invalid, store};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind};
 use crate::writer::{Message, Writer};
@@ -33,7 +33,7 @@ impl FloeError {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn floe_error_status(err: *const FloeError) -> FloeStatus {
     // SAFETY: NULL or a pointer from floe that has not been freed.
-    unsafe { err.as_ref() }.map_or(FloeStatus::Internal, |e| e.status)
+    unsafe { borrow(err) }.map_or(FloeStatus::Internal, |e| e.status)
 }
 
 /// The message of `err`, NUL-terminated, valid until `floe_error_free(err)`; "" for NULL.
@@ -43,7 +43,7 @@ pub unsafe extern "C" fn floe_error_status(err: *const FloeError) -> FloeStatus 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn floe_error_message(err: *const FloeError) -> *const c_char {
     // SAFETY: NULL or a pointer from floe that has not been freed.
-    match unsafe { err.as_ref() } {
+    match unsafe { borrow(err) } {
         Some(e) => e.message.as_ptr(),
         None => c"".as_ptr(),
     }
@@ -55,10 +55,8 @@ pub unsafe extern "C" fn floe_error_message(err: *const FloeError) -> *const c_c
 /// Each pointer argument must be NULL or a live object obtained from floe.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn floe_error_free(err: *mut FloeError) {
-    if !err.is_null() {
-        // SAFETY: a pointer floe returned, freed once by contract.
-        drop(unsafe { Box::from_raw(err) });
-    }
+    // SAFETY: NULL or a pointer floe returned, freed once by contract.
+    unsafe { free_handle(err) }
 }
 
 /// A cancellation token. Any thread may fire it while another thread is blocked in a
@@ -85,12 +83,13 @@ impl FloeCancelToken {
     }
 }
 
+/// A new token, not fired. Never NULL. Free with `floe_cancel_token_free`.
 #[unsafe(no_mangle)]
 pub extern "C" fn floe_cancel_token_new() -> *mut FloeCancelToken {
-    Box::into_raw(Box::new(FloeCancelToken {
+    into_handle(FloeCancelToken {
         fired: AtomicBool::new(false),
         notify: Notify::new(),
-    }))
+    })
 }
 
 /// Fires the token: calls waiting on it return `FLOE_STATUS_CANCELLED` as soon as they
@@ -101,21 +100,20 @@ pub extern "C" fn floe_cancel_token_new() -> *mut FloeCancelToken {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn floe_cancel_token_cancel(token: *const FloeCancelToken) {
     // SAFETY: NULL or a live token.
-    if let Some(t) = unsafe { token.as_ref() } {
+    if let Some(t) = unsafe { borrow(token) } {
         t.fired.store(true, Ordering::Release);
         t.notify.notify_waiters();
     }
 }
 
+/// Frees a token once every call given it has returned. NULL is accepted.
 ///
 /// # Safety
 /// Each pointer argument must be NULL or a live object obtained from floe.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn floe_cancel_token_free(token: *mut FloeCancelToken) {
-    if !token.is_null() {
-        // SAFETY: a pointer floe returned, freed once by contract.
-        drop(unsafe { Box::from_raw(token) });
-    }
+    // SAFETY: NULL or a pointer floe returned, freed once by contract.
+    unsafe { free_handle(token) }
 }
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -166,12 +164,11 @@ pub unsafe extern "C" fn floe_writer_open(
         let config = Config::from_json(text).map_err(fail)?;
         let rt = runtime(config.runtime_threads.filter(|&n| n > 0))?;
         let writer = rt.block_on(Writer::open(config)).map_err(fail)?;
-        let handle = Box::new(FloeWriter {
+        let handle = into_handle(FloeWriter {
             inner: Arc::new(writer),
         });
-        // SAFETY: checked non-NULL above.
-        unsafe { *writer_out = Box::into_raw(handle) };
-        Ok(())
+        // SAFETY: checked non-NULL above; valid for a write by contract.
+        unsafe { store(writer_out, handle, "writer_out") }
     })
 }
 
@@ -182,12 +179,8 @@ pub unsafe extern "C" fn floe_writer_open(
 /// Each pointer argument must be NULL or a live object obtained from floe.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn floe_writer_free(writer: *mut FloeWriter) {
-    if !writer.is_null() {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // SAFETY: a pointer floe returned, freed once by contract.
-            drop(unsafe { Box::from_raw(writer) });
-        }));
-    }
+    // SAFETY: NULL or a pointer floe returned, freed once by contract.
+    unsafe { free_handle(writer) }
 }
 
 /// A batch of messages laid out for one call: message `i` is
@@ -201,6 +194,7 @@ pub unsafe extern "C" fn floe_writer_free(writer: *mut FloeWriter) {
 /// schema metadata or type mapping) carry each message's explicit column types.
 #[repr(C)]
 pub struct FloeBatch {
+    /// The messages' bytes; may be NULL when every message is empty.
     pub data: *const u8,
     /// `count + 1` offsets into `data`, non-decreasing.
     pub offsets: *const usize,
@@ -242,16 +236,21 @@ unsafe fn strings<'a>(
     if count == 0 {
         return Ok(Vec::new());
     }
-    if data.is_null() || offsets.is_null() {
-        return Err(invalid("batch buffer or offsets is NULL"));
+    if offsets.is_null() {
+        return Err(invalid("batch offsets are NULL"));
     }
     // SAFETY: guaranteed by the caller.
     let offsets = unsafe { std::slice::from_raw_parts(offsets, count + 1) };
     if offsets.windows(2).any(|w| w[0] > w[1]) {
         return Err(invalid("batch offsets decrease"));
     }
-    // SAFETY: guaranteed by the caller.
-    let data = unsafe { std::slice::from_raw_parts(data, offsets[count]) };
+    // Entries that are all empty need no buffer (C and Go may pass NULL for one).
+    let data: &[u8] = match (data.is_null(), offsets[count]) {
+        (_, 0) => &[],
+        (true, _) => return Err(invalid("batch buffer is NULL")),
+        // SAFETY: the caller guarantees `offsets[count]` readable bytes.
+        (false, len) => unsafe { std::slice::from_raw_parts(data, len) },
+    };
     Ok(offsets.windows(2).map(|w| &data[w[0]..w[1]]).collect())
 }
 
@@ -298,7 +297,7 @@ pub unsafe extern "C" fn floe_writer_write(
 ) -> FloeStatus {
     ffi_boundary(err_out, || {
         // SAFETY: NULL or live pointers by contract.
-        let (Some(writer), Some(batch)) = (unsafe { writer.as_ref() }, unsafe { batch.as_ref() })
+        let (Some(writer), Some(batch)) = (unsafe { borrow(writer) }, unsafe { borrow(batch) })
         else {
             return Err(invalid("floe_writer_write: NULL writer or batch"));
         };
@@ -343,7 +342,7 @@ pub unsafe extern "C" fn floe_writer_write(
             })
             .collect();
         // SAFETY: NULL or a live token.
-        let cancel = unsafe { cancel.as_ref() };
+        let cancel = unsafe { borrow(cancel) };
         let rt = runtime(None)?;
         // A token fired before the call starts cancels it before any row is submitted
         // (the host retries a cancelled batch: submitted rows would be written twice).
@@ -376,9 +375,8 @@ pub unsafe extern "C" fn floe_writer_write(
             rows_committed: outcome.rows_committed,
             snapshots: outcome.snapshots,
         };
-        // SAFETY: checked non-NULL above.
-        unsafe { *result_out = Box::into_raw(Box::new(result)) };
-        Ok(())
+        // SAFETY: checked non-NULL above; valid for a write by contract.
+        unsafe { store(result_out, into_handle(result), "result_out") }
     })
 }
 
@@ -393,7 +391,7 @@ pub unsafe extern "C" fn floe_batch_result_failure(
     index: usize,
 ) -> *const FloeError {
     // SAFETY: NULL or a live result.
-    unsafe { result.as_ref() }
+    unsafe { borrow(result) }
         .and_then(|r| r.failures.get(index))
         .and_then(Option::as_ref)
         .map_or(std::ptr::null(), |e| e as *const FloeError)
@@ -406,7 +404,7 @@ pub unsafe extern "C" fn floe_batch_result_failure(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn floe_batch_result_failed_count(result: *const FloeBatchResult) -> usize {
     // SAFETY: NULL or a live result.
-    unsafe { result.as_ref() }.map_or(0, |r| r.failures.iter().filter(|f| f.is_some()).count())
+    unsafe { borrow(result) }.map_or(0, |r| r.failures.iter().filter(|f| f.is_some()).count())
 }
 
 /// Rows committed by the call.
@@ -416,7 +414,7 @@ pub unsafe extern "C" fn floe_batch_result_failed_count(result: *const FloeBatch
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn floe_batch_result_rows(result: *const FloeBatchResult) -> usize {
     // SAFETY: NULL or a live result.
-    unsafe { result.as_ref() }.map_or(0, |r| r.rows_committed)
+    unsafe { borrow(result) }.map_or(0, |r| r.rows_committed)
 }
 
 /// Snapshots committed by the call.
@@ -426,18 +424,17 @@ pub unsafe extern "C" fn floe_batch_result_rows(result: *const FloeBatchResult) 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn floe_batch_result_snapshots(result: *const FloeBatchResult) -> usize {
     // SAFETY: NULL or a live result.
-    unsafe { result.as_ref() }.map_or(0, |r| r.snapshots)
+    unsafe { borrow(result) }.map_or(0, |r| r.snapshots)
 }
 
+/// Frees a result and the errors it owns. NULL is accepted.
 ///
 /// # Safety
 /// Each pointer argument must be NULL or a live object obtained from floe.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn floe_batch_result_free(result: *mut FloeBatchResult) {
-    if !result.is_null() {
-        // SAFETY: a pointer floe returned, freed once by contract.
-        drop(unsafe { Box::from_raw(result) });
-    }
+    // SAFETY: NULL or a pointer floe returned, freed once by contract.
+    unsafe { free_handle(result) }
 }
 
 /// What a writer has committed since it was opened, over all its tables.
@@ -472,7 +469,7 @@ pub unsafe extern "C" fn floe_writer_stats(
 ) -> FloeStatus {
     ffi_boundary(err_out, || {
         // SAFETY: NULL or a live writer.
-        let Some(writer) = (unsafe { writer.as_ref() }) else {
+        let Some(writer) = (unsafe { borrow(writer) }) else {
             return Err(invalid("floe_writer_stats: NULL writer"));
         };
         if stats_out.is_null() {
@@ -491,8 +488,7 @@ pub unsafe extern "C" fn floe_writer_stats(
             write_p50_us: us(s.write_p50),
             catalog_p50_us: us(s.catalog_p50),
         };
-        // SAFETY: checked non-NULL above.
-        unsafe { *stats_out = stats };
-        Ok(())
+        // SAFETY: checked non-NULL above; valid for a write by contract.
+        unsafe { store(stats_out, stats, "stats_out") }
     })
 }

@@ -61,9 +61,55 @@ impl From<ErrorKind> for FloeStatus {
             ErrorKind::Unavailable | ErrorKind::SchemaChanged => FloeStatus::Unavailable,
             ErrorKind::Rejected => FloeStatus::Rejected,
             ErrorKind::Cancelled => FloeStatus::Cancelled,
-            _ => FloeStatus::Internal,
+            ErrorKind::Internal => FloeStatus::Internal,
         }
     }
+}
+
+/// Moves `value` to the heap and gives C its address; [`free_handle`] takes it back.
+pub(crate) fn into_handle<T>(value: T) -> *mut T {
+    Box::into_raw(Box::new(value))
+}
+
+/// Frees a handle made by [`into_handle`]; NULL is accepted. A panic while dropping
+/// it (a bug) is swallowed: a free has no way to report one and it must not unwind
+/// into C.
+///
+/// # Safety
+/// `handle` is NULL or came from `into_handle::<T>` and is freed once.
+pub(crate) unsafe fn free_handle<T>(handle: *mut T) {
+    if !handle.is_null() {
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: from `into_handle`, freed once by contract.
+            drop(unsafe { Box::from_raw(handle) })
+        }));
+    }
+}
+
+/// The object behind a handle, `None` for NULL.
+///
+/// # Safety
+/// `handle` is NULL or a live handle of type `T`, alive for `'a`.
+pub(crate) unsafe fn borrow<'a, T>(handle: *const T) -> Option<&'a T> {
+    // SAFETY: guaranteed by the caller.
+    unsafe { handle.as_ref() }
+}
+
+/// Stores `value` through the out-parameter `out`, refusing NULL (named `what`).
+///
+/// # Safety
+/// `out` is NULL or valid for a write of a `T`.
+pub(crate) unsafe fn store<T>(
+    out: *mut T,
+    value: T,
+    what: &str,
+) -> Result<(), (FloeStatus, String)> {
+    if out.is_null() {
+        return Err(invalid(&format!("{what} is NULL")));
+    }
+    // SAFETY: non-NULL, and valid for a write by contract.
+    unsafe { out.write(value) };
+    Ok(())
 }
 
 /// Runs an exported body, turning an `Err` or a panic into a status plus error object.
@@ -83,9 +129,8 @@ pub(crate) fn ffi_boundary(
         Ok(()) => FloeStatus::Ok,
         Err((status, message)) => {
             if !err_out.is_null() {
-                let error = Box::new(FloeError::new(status, message));
                 // SAFETY: the caller passes either NULL or a valid place for a pointer.
-                unsafe { *err_out = Box::into_raw(error) };
+                unsafe { *err_out = into_handle(FloeError::new(status, message)) };
             }
             status
         }

@@ -115,6 +115,29 @@ def tag_head(args):
     return {"snapshot_id": head}
 
 
+def move_location(args):
+    """Another tool moves the table's location: new metadata and manifests belong under
+    the new one. pyiceberg cannot apply `set-location` to its own copy yet, so this sends
+    the update to the catalog directly (its REST commit call) and reloads."""
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.table.update import AssertTableUUID, SetLocationUpdate
+    cat = load_catalog("rest", type="rest", uri=args["uri"], **args.get("props", {}))
+    t = cat.load_table(args["table"])
+    cat.commit_table(t, (AssertTableUUID(uuid=t.metadata.table_uuid),),
+                     (SetLocationUpdate(location=args["location"]),))
+    t = cat.load_table(args["table"])
+    return {"location": t.metadata.location}
+
+
+def head_manifest_list(args):
+    """The table's location and where its current snapshot's manifest list lives."""
+    from pyiceberg.catalog import load_catalog
+    cat = load_catalog("rest", type="rest", uri=args["uri"], **args.get("props", {}))
+    t = cat.load_table(args["table"])
+    return {"location": t.metadata.location,
+            "manifest_list": t.metadata.current_snapshot().manifest_list}
+
+
 def at_ref(args):
     """The table's refs, and the ids in the snapshot `ref` points at (read by pyiceberg,
     so every file of that snapshot must still be there)."""
@@ -213,6 +236,12 @@ def main():
         return
     if reader == "tag-head":
         print(json.dumps(tag_head(args)))
+        return
+    if reader == "move-location":
+        print(json.dumps(move_location(args)))
+        return
+    if reader == "head-manifest-list":
+        print(json.dumps(head_manifest_list(args)))
         return
     if reader == "at-ref":
         print(json.dumps(at_ref(args)))

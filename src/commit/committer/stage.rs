@@ -173,9 +173,10 @@ impl CommitStage {
     }
 
     /// Reloads the table when the view is [`VIEW_MAX_AGE`] old. Commits update the view
-    /// locally (see `catalog::answer`); the answer's check covers the head, properties
-    /// and refs but not what another tool removed without moving them (expired
-    /// snapshots, statistics). A failed reload is retried at the next commit.
+    /// locally (see `catalog::answer`); the answer's check covers the location, head,
+    /// properties and refs but not what another tool changed without touching them
+    /// (expired snapshots, statistics, schemas and specs that are not current, the
+    /// logs). A failed reload is retried at the next commit.
     async fn refresh_if_due(&mut self) {
         if self.loaded_at.elapsed() < VIEW_MAX_AGE {
             return;
