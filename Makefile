@@ -6,6 +6,7 @@ GO         ?= go
 PYTHON     ?= python3
 CBINDGEN_VERSION := 0.29.2
 FLOE_BIN   := go-shim/cmd/floe/floe
+FLOE_FP_BIN := go-shim/cmd/floe/floe-failpoints
 SINKBENCH  := go-shim/cmd/sinkbench/sinkbench
 GO_PEER    := bench-configs/peers/iceberg-go/iceberg-go-append
 LIB        := target/release/libfloe.a
@@ -18,7 +19,7 @@ E2E        := e2e
 LIB_STAMP   = -ldflags=-X=main.libfloeStamp=$(shell sha256sum $(LIB) | cut -c1-16)
 FP_STAMP    = -ldflags=-X=main.libfloeStamp=$(shell sha256sum $(FAILPOINT_LIB) | cut -c1-16)
 
-.PHONY: run test lib bin header header-check py-deps rust-test abi-test go-test e2e-test lint fmt clean \
+.PHONY: run test lib bin header header-check py-deps rust-test abi-test go-test e2e-test reliability lint fmt clean \
 	bench bench-quick bench-deps bench-components
 
 $(LIB): Cargo.toml Cargo.lock $(shell find src -name '*.rs')
@@ -32,6 +33,10 @@ $(FAILPOINT_LIB): Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 
 $(FLOE_BIN): $(LIB) $(shell find go-shim -name '*.go') go-shim/go.mod include/floe.h
 	cd go-shim && $(GO) build $(LIB_STAMP) -o cmd/floe/floe ./cmd/floe
+
+# The host on the failpoints library, for crash trials at named points (e2e/crash_trials.py).
+$(FLOE_FP_BIN): $(FAILPOINT_LIB) $(shell find go-shim -name '*.go') go-shim/go.mod include/floe.h
+	cd go-shim && $(GO) build $(FP_STAMP) -tags floe_failpoints -o cmd/floe/floe-failpoints ./cmd/floe
 
 bin: $(FLOE_BIN)
 
@@ -110,8 +115,13 @@ go-test: $(LIB) $(FAILPOINT_LIB)
 	cd go-shim && GOEXPERIMENT=cgocheck2 $(GO) test $(LIB_STAMP) -count=1 ./...
 	cd go-shim && GOEXPERIMENT=cgocheck2 $(GO) test $(FP_STAMP) -count=1 -tags floe_failpoints -run Failpoint ./floe/
 
-e2e-test: bench-deps
+e2e-test: bench-deps $(FLOE_FP_BIN)
 	$(PYTHON) -m pytest -q $(E2E)
+
+## reliability: the crash trials' full matrix (50 trials per kill point, catalog and mode;
+## about an hour), written to reliability/crash-trials.md. ARGS passes options on.
+reliability: bin $(FLOE_FP_BIN) py-deps
+	$(PYTHON) $(E2E)/crash_trials.py $(ARGS)
 
 lint:
 	$(CARGO) fmt --check
@@ -127,4 +137,4 @@ test: header-check rust-test abi-test go-test e2e-test
 
 clean:
 	$(CARGO) clean
-	rm -f $(FLOE_BIN) $(SINKBENCH) $(GO_PEER)
+	rm -f $(FLOE_BIN) $(FLOE_FP_BIN) $(SINKBENCH) $(GO_PEER)

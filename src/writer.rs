@@ -282,6 +282,7 @@ impl Writer {
         {
             return Err(e);
         }
+        failpoint::hit(failpoint::names::BEFORE_RETURN);
         Ok(BatchOutcome {
             failures,
             rows_committed,
@@ -890,6 +891,7 @@ fn shred_guarded(
         });
     }
     let payloads = positions.iter().map(|&pos| messages[idx[pos]].payload);
+    failpoint::hit(failpoint::names::SHREDDING);
     let shredded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         shredder.shred(payloads)
     }))

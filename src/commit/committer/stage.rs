@@ -460,6 +460,7 @@ impl CommitStage {
             if let Err(e) = uploaded {
                 return done(Err(e.context("uploading")), maybe_committed, written);
             }
+            crate::failpoint::hit(crate::failpoint::names::UPLOADED);
             let snapshot_id = prepared.snapshot_id;
             let list = prepared.manifest_list;
             sent.push(SentAttempt {
@@ -475,6 +476,7 @@ impl CommitStage {
                 .and_then(|table| accepted(table, snapshot_id));
             match answer {
                 Ok(table) => {
+                    crate::failpoint::hit(crate::failpoint::names::APPLIED);
                     let t2 = Instant::now();
                     self.options.stats.record_catalog(t2 - t1);
                     self.manifests.keep_only(&list.manifests);
