@@ -27,6 +27,8 @@ each point in `make test`.
 """
 import argparse
 import concurrent.futures
+import ctypes
+import http.client
 import json
 import os
 import random
@@ -37,6 +39,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import traceback
 import urllib.error
 import urllib.request
 import uuid
@@ -99,8 +102,8 @@ def output_block(services, catalog, table, warehouse, exactly_once):
             commit:
               exactly_once:
                 writer_id: trials-{table}
-                source: 'trial/partition-0'
-                offset: '${{! json("seq") }}'
+                source: 'trial/partition-${{! json("seq") % 2 }}'
+                offset: '${{! (json("seq") / 2).floor() }}'
             """), "  ")
     return block
 
@@ -111,6 +114,12 @@ def host_config(port, output):
             "input:\n  http_server:\n"
             f"    address: 127.0.0.1:{port}\n    path: /post\n    timeout: 120s\n"
             "output:\n" + textwrap.indent(output, "  "))
+
+
+def die_with_parent():
+    """In the child before exec: SIGKILL when the harness dies (PR_SET_PDEATHSIG), so a
+    harness killed by a timeout leaves no host behind."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
 class Host:
@@ -126,7 +135,8 @@ class Host:
             self.proc = subprocess.Popen([binary, "run", path], cwd=workdir,
                                          stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True,
-                                         env={**os.environ, **(env or {})})
+                                         env={**os.environ, **(env or {})},
+                                         preexec_fn=die_with_parent)
 
     def kill(self):
         if self.proc.poll() is None:
@@ -157,15 +167,18 @@ def multipart(seqs):
 
 
 def post(port, seqs, timeout):
-    """True when the host acknowledged the batch (200)."""
+    """The host's HTTP status for the batch (200: acknowledged), or None when the
+    connection failed (the host is gone)."""
     body, content_type = multipart(seqs)
     req = urllib.request.Request(f"http://127.0.0.1:{port}/post", data=body, method="POST",
                                  headers={"Content-Type": content_type})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, ConnectionError, OSError):
-        return False
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (urllib.error.URLError, http.client.HTTPException, OSError):
+        return None
 
 
 def wait_listening(port, host, timeout=60):
@@ -184,7 +197,7 @@ def wait_listening(port, host, timeout=60):
     raise RuntimeError(f"{host.name} never listened on {port}")
 
 
-def send(port, batches, stop, on_ack=None, timeout=150):
+def send(port, batches, stop, on_ack=None, timeout=150, statuses=None):
     """Posts `batches` (lists of seqs) from CLIENTS threads until all are sent or `stop`
     is set; a batch whose post fails stops its thread (the host is gone). `on_ack(n)` is
     called with the count after each acknowledgement. Returns the indices of the
@@ -199,15 +212,18 @@ def send(port, batches, stop, on_ack=None, timeout=150):
                 if not queue:
                     return
                 i = queue.pop(0)
-            if post(port, batches[i], timeout):
+            status = post(port, batches[i], timeout)
+            if status == 200:
                 with lock:
                     acked.add(i)
                     n = len(acked)
                 if on_ack:
                     on_ack(n)
-            else:
-                stop.set()
-                return
+                continue
+            if status is not None and statuses is not None:
+                statuses.append(status)  # an answer, but not an acknowledgement
+            stop.set()
+            return
 
     with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
         for f in [pool.submit(worker) for _ in range(CLIENTS)]:
@@ -244,6 +260,15 @@ def read_seqs(services, catalog, table, warehouse):
     return seqs, tuple(duck)
 
 
+def read_seqs_or_none(services, catalog, table, warehouse):
+    """read_seqs, or an empty table when the kill came before the table existed."""
+    from pyiceberg.exceptions import NoSuchTableError
+    try:
+        return read_seqs(services, catalog, table, warehouse)
+    except NoSuchTableError:
+        return [], (0, 0)
+
+
 def orphan_files(services, catalog, table, warehouse):
     """Data files in the table's folder that no snapshot references: uploads of commits
     the crash cut short (floe cannot know of them after a SIGKILL). The trials only
@@ -264,8 +289,99 @@ def orphan_files(services, catalog, table, warehouse):
 
 # -- one trial -------------------------------------------------------------------------
 
-def run_trial(services, workdir, catalog, point, exactly_once, rng, trial_id):
-    """Runs one trial; returns its outcome as a dict."""
+def first_host_plan(point, rng, batches):
+    """(binary, env, on_ack factory) for phase 1. Named points die on the n-th pass,
+    counted from after the first acknowledgements (the first `CLIENTS` calls all pass
+    `shred` before any is acknowledged); random kills come a random time after a random
+    acknowledgement, up to one and a half commit cycles (the mean gap between bursts of
+    acknowledgements so far), so they land in any phase of the calls in flight."""
+    if point != "random":
+        # Calls pass `shred` and `ack` about CLIENTS at a time, commits one at a time.
+        first = CLIENTS + 1 if point in ("shred", "ack") else 2
+        nth = rng.randint(first, first + 7)
+        return FLOE_FAILPOINTS, {"FLOE_FAILPOINT_CRASH": f"{POINTS[point]}:{nth}"}, None
+    kill_after_acks = rng.randint(CLIENTS, len(batches) - 3 * CLIENTS)
+    fraction = rng.uniform(0, 1.5)
+
+    def on_ack_factory(host, killers, started):
+        def on_ack(n):
+            if n == kill_after_acks:
+                cycle = (time.time() - started) / max(1, n / CLIENTS)
+                killers.append(threading.Timer(fraction * cycle, host.kill))
+                killers[-1].start()
+        return on_ack
+    return FLOE, {}, on_ack_factory
+
+
+def run_host(workdir, name, binary, output, env, batches, on_ack_factory=None):
+    """Starts a host (a new port on each attempt: another socket may take a free port
+    before the host binds it), posts `batches` until done or the host is gone, and kills
+    it. Returns (acknowledged batch indices, exit code, log, seconds from start to the
+    last acknowledgement, HTTP statuses other than 200)."""
+    for attempt in range(3):
+        port = free_port()
+        host = Host(workdir, f"{name}-{attempt}", binary, host_config(port, output), env)
+        try:
+            try:
+                wait_listening(port, host)
+            except RuntimeError:
+                if "address already in use" in host.output() and attempt < 2:
+                    continue
+                raise
+            started = time.time()
+            killers = []
+            on_ack = on_ack_factory(host, killers, started) if on_ack_factory else None
+            statuses = []
+            acked = send(port, batches, threading.Event(), on_ack, statuses=statuses)
+            elapsed = time.time() - started
+            for k in killers:
+                k.join()
+            if on_ack_factory is None and env:
+                try:
+                    host.proc.wait(timeout=60)  # a failpoint host dies by itself
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            host.kill()
+        return acked, host.proc.returncode, host.output(), elapsed, statuses
+    raise RuntimeError("no free port")
+
+
+def regroup(seqs, size, shift):
+    """`seqs` in order, cut into batches of `size` after a first one of `shift`: replayed
+    batches mix committed and new offsets, unlike the batches first sent."""
+    seqs = sorted(seqs)
+    cuts = [0] + list(range(shift, len(seqs), size)) + [len(seqs)]
+    return [seqs[a:b] for a, b in zip(cuts, cuts[1:]) if a < b]
+
+
+def vacuous(outcome):
+    """Why a trial could not show what it is for, or None: the kill came before any
+    acknowledgement or after the last, or (at `commit` and `ack`) left no row committed
+    but unacknowledged. Timing decides these, so such a trial is drawn again."""
+    if outcome["acked_before_crash"] == 0:
+        return "nothing was acknowledged before the kill"
+    if outcome["acked_before_crash"] >= RECORDS:
+        return "the host died only after every batch was acknowledged"
+    if outcome["point"] in ("commit", "ack") and not outcome["committed_unacked"]:
+        return "no row was committed but unacknowledged at the kill"
+    return None
+
+
+def run_trial(services, workdir, catalog, point, exactly_once, rng, trial_id, draws=3):
+    """Runs one trial, drawn again (new table, new kill) up to `draws` times while it is
+    vacuous; returns its outcome as a dict, with how many draws it took."""
+    for draw in range(1, draws + 1):
+        outcome = run_one(services, workdir, catalog, point, exactly_once, rng,
+                          f"{trial_id}d{draw}")
+        outcome["draws"] = draw
+        if not vacuous(outcome):
+            break
+    return outcome
+
+
+def run_one(services, workdir, catalog, point, exactly_once, rng, trial_id):
+    """One draw of a trial; its outcome as a dict."""
     table = f"t{trial_id}_{point}_{catalog}_{'eo' if exactly_once else 'alo'}"
     warehouse = os.path.join(workdir, f"wh-{table}")
     os.makedirs(warehouse, exist_ok=True)
@@ -274,62 +390,35 @@ def run_trial(services, workdir, catalog, point, exactly_once, rng, trial_id):
     batches = [seqs[i:i + BATCH] for i in range(0, RECORDS, BATCH)]
 
     # Phase 1: run until the host dies.
-    port = free_port()
-    env, binary, on_ack, killers = {}, FLOE, None, []
-    if point == "random":
-        # Some acknowledgements in, with calls in flight at any stage: a random moment
-        # in the run, wherever the run's speed puts it.
-        kill_after_acks = rng.randint(1, len(batches) // 2)
-        delay = rng.uniform(0, 0.05)
-
-        def on_ack(n):
-            if n == kill_after_acks:
-                killers.append(threading.Timer(delay, lambda: first.kill()))
-                killers[-1].start()
-    else:
-        binary = FLOE_FAILPOINTS
-        env["FLOE_FAILPOINT_CRASH"] = f"{POINTS[point]}:{rng.randint(1, 8)}"
-    first = Host(workdir, f"{table}-1", binary, host_config(port, output), env)
-    try:
-        wait_listening(port, first)
-        stop = threading.Event()
-        acked_first = send(port, batches, stop, on_ack)
-        for k in killers:
-            k.join()
-        crashed = first.proc.wait(timeout=60) == -signal.SIGKILL
-    finally:
-        first.kill()
-    at_point = point == "random" or "killing the process" in first.output()
+    binary, env, on_ack_factory = first_host_plan(point, rng, batches)
+    acked_first, code, log_first, _, statuses_first = run_host(
+        workdir, f"{table}-1", binary, output, env, batches, on_ack_factory)
+    crashed = code == -signal.SIGKILL
+    at_point = point == "random" or f"failpoint {POINTS[point]}: killing the process" in log_first
     acked_seqs = {s for i in acked_first for s in batches[i]}
-    # Right after the crash, before any replay could mask a loss: every acknowledged
-    # row is there, once, and both readers read the table.
-    lost_at_crash, duplicated_at_crash = 0, 0
-    if acked_seqs:
-        present, (duck_rows, _) = read_seqs(services, catalog, table, warehouse)
-        lost_at_crash = len(acked_seqs - set(present))
-        duplicated_at_crash = len(present) - len(set(present))
-        if duck_rows != len(present):
-            lost_at_crash += abs(duck_rows - len(present))
 
-    # Phase 2: a new host; resend what was not acknowledged (and, with exactly-once,
-    # half of what was, as a replay from an older position).
-    replay = sorted(i for i in range(len(batches)) if i not in acked_first)
+    # Right after the crash, before any replay could mask a loss: every acknowledged
+    # row is there, once, and both readers agree.
+    present0, duck0 = read_seqs_or_none(services, catalog, table, warehouse)
+    lost_at_crash = len(acked_seqs - set(present0))
+    duplicated_at_crash = len(present0) - len(set(present0))
+    readers_disagree = duck0 != (len(present0), len(set(present0)))
+    committed_unacked = set(present0) - acked_seqs
+
+    # Phase 2: a new host; resend what was not acknowledged, regrouped. With
+    # exactly-once, also replay at least one and about half of the acknowledged batches,
+    # as a consumer restarting from an older position does.
+    resend = set(seqs) - acked_seqs
     replayed_acked = []
-    if exactly_once:
+    if exactly_once and acked_first:
         replayed_acked = [i for i in sorted(acked_first) if rng.random() < 0.5]
-        replay = sorted(replay + replayed_acked)
-    port = free_port()
-    second = Host(workdir, f"{table}-2", FLOE, host_config(port, output))
-    recovered = time.time()
-    try:
-        wait_listening(port, second)
-        stop = threading.Event()
-        acked_second = send(port, [batches[i] for i in replay], stop)
-        recovery_s = time.time() - recovered
-        all_acked = len(acked_second) == len(replay)
-        log = second.output()
-    finally:
-        second.kill()
+        replayed_acked = replayed_acked or [rng.choice(sorted(acked_first))]
+        resend |= {s for i in replayed_acked for s in batches[i]}
+    deduplicated = len(resend & set(present0))
+    replay = regroup(resend, 70, 35)
+    acked_second, _, log_second, recovery_s, statuses_second = run_host(
+        workdir, f"{table}-2", FLOE, output, {}, replay)
+    all_acked = len(acked_second) == len(replay)
 
     present, (duck_rows, duck_distinct) = read_seqs(services, catalog, table, warehouse)
     orphans = orphan_files(services, catalog, table, warehouse)
@@ -337,31 +426,48 @@ def run_trial(services, workdir, catalog, point, exactly_once, rng, trial_id):
     for s in present:
         counts[s] = counts.get(s, 0) + 1
     return {
-        "catalog": catalog, "point": point, "mode": "exactly-once" if exactly_once else "at-least-once",
+        "catalog": catalog, "point": point,
+        "mode": "exactly-once" if exactly_once else "at-least-once",
         "table": table, "crashed": crashed, "at_point": at_point,
-        "acked_before_crash": len(acked_first) * BATCH,
+        "acked_before_crash": len(acked_seqs),
+        "committed_unacked": len(committed_unacked),
         "replayed_acked": len(replayed_acked) * BATCH,
+        "deduplicated": deduplicated,
         "all_acked_after": all_acked,
+        "statuses": sorted(set(statuses_first + statuses_second)),
         "lost_acked": sum(1 for s in acked_seqs if s not in counts) + lost_at_crash,
         "duplicated_at_crash": duplicated_at_crash,
+        "readers_disagree": readers_disagree or (duck_rows, duck_distinct) != (len(present), len(counts)),
         "missing": sum(1 for s in seqs if s not in counts),
         "duplicated": sum(c - 1 for c in counts.values() if c > 1),
         "rows": len(present), "duckdb_rows": duck_rows, "duckdb_distinct": duck_distinct,
         "orphan_files": orphans,
         "recovery_s": round(recovery_s, 2),
-        "log_tail": "" if all_acked else log[-2000:],
+        "log_tail": "" if all_acked else log_second[-2000:],
     }
 
 
 def check(outcome):
-    """Problems with one trial's outcome ([] when it passed)."""
+    """Problems with one trial's outcome ([] when it passed). A trial that could not
+    show what it is for (nothing acknowledged before the kill; at `commit` and `ack`, no
+    row committed but not acknowledged; with exactly-once, nothing replayed that was
+    already committed) fails too, rather than pass on nothing."""
+    if "error" in outcome:
+        return [outcome["error"]]
     problems = []
     if not outcome["crashed"]:
         problems.append("the host was not killed")
     if not outcome["at_point"]:
         problems.append("the host did not die at its failpoint")
-    if outcome["acked_before_crash"] >= RECORDS:
-        problems.append("the host died only after every batch was acknowledged")
+    if vacuous(outcome):
+        problems.append(f"{vacuous(outcome)} ({outcome.get('draws', 1)} draws)")
+    if outcome["mode"] == "exactly-once" and not outcome["deduplicated"]:
+        problems.append("the replay re-sent nothing already committed")
+    if outcome["point"] == "upload" and not outcome["orphan_files"]:
+        problems.append("a kill after the upload left no orphan data file (is the count blind?)")
+    unexpected = [s for s in outcome["statuses"] if s != 200]
+    if unexpected:
+        problems.append(f"HTTP statuses other than 200: {unexpected}")
     if not outcome["all_acked_after"]:
         problems.append("the second host did not acknowledge every batch:\n" + outcome["log_tail"])
     if outcome["lost_acked"] or outcome["missing"]:
@@ -369,7 +475,7 @@ def check(outcome):
     if outcome["mode"] == "exactly-once" and (outcome["duplicated"] or outcome["duplicated_at_crash"]):
         problems.append(f"{outcome['duplicated']} rows duplicated "
                         f"({outcome['duplicated_at_crash']} right after the crash)")
-    if (outcome["duckdb_rows"], outcome["duckdb_distinct"]) != (outcome["rows"], outcome["rows"] - outcome["duplicated"]):
+    if outcome["readers_disagree"]:
         problems.append(f"DuckDB reads {outcome['duckdb_rows']} rows ({outcome['duckdb_distinct']} "
                         f"distinct), pyiceberg {outcome['rows']}")
     return problems
@@ -379,21 +485,32 @@ def check(outcome):
 
 def summarize(outcomes):
     """Markdown table: one row per (point, catalog, mode)."""
+    order = list(POINTS) + ["random"]
     keys = sorted({(o["point"], o["catalog"], o["mode"]) for o in outcomes},
-                  key=lambda k: ((list(POINTS) + ["random"]).index(k[0]), k[1], k[2]))
+                  key=lambda k: (order.index(k[0]), k[1], k[2]))
     lines = ["| kill point | catalog | mode | trials | rows acked before the kill (median) "
+             "| kills with rows committed, not acked | replayed rows already committed "
              "| rows lost | rows duplicated | orphan data files | trials failed "
              "| restart to all acknowledged, s (median) |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def median(values):
+        values = sorted(values)
+        return values[len(values) // 2] if values else "–"
+
     for k in keys:
         group = [o for o in outcomes if (o["point"], o["catalog"], o["mode"]) == k]
-        acked = sorted(o["acked_before_crash"] for o in group)
-        rec = sorted(o["recovery_s"] for o in group)
-        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {len(group)} | {acked[len(acked) // 2]} "
-                     f"| {sum(max(o['missing'], o['lost_acked']) for o in group)} "
-                     f"| {sum(o['duplicated'] for o in group)} "
-                     f"| {sum(o['orphan_files'] for o in group)} "
-                     f"| {sum(1 for o in group if check(o))} | {rec[len(rec) // 2]} |")
+        ran = [o for o in group if "error" not in o]
+        lines.append(
+            f"| {k[0]} | {k[1]} | {k[2]} | {len(group)} "
+            f"| {median(o['acked_before_crash'] for o in ran)} "
+            f"| {sum(1 for o in ran if o['committed_unacked'])} "
+            f"| {sum(o['deduplicated'] for o in ran)} "
+            f"| {sum(max(o['missing'], o['lost_acked']) for o in ran)} "
+            f"| {sum(o['duplicated'] for o in ran)} "
+            f"| {sum(o['orphan_files'] for o in ran)} "
+            f"| {sum(1 for o in group if check(o))} "
+            f"| {median(o['recovery_s'] for o in ran)} |")
     return "\n".join(lines)
 
 
@@ -416,12 +533,18 @@ def main():
             for point in args.points.split(","):
                 for mode in args.modes.split(","):
                     for t in range(args.trials):
-                        o = run_trial(services, workdir, catalog, point, mode == "exactly-once",
-                                      rng, f"{len(outcomes)}")
+                        try:
+                            o = run_trial(services, workdir, catalog, point,
+                                          mode == "exactly-once", rng, f"{len(outcomes)}")
+                        except Exception:
+                            o = {"catalog": catalog, "point": point, "mode": mode,
+                                 "error": traceback.format_exc()}
                         outcomes.append(o)
                         problems = check(o)
-                        print(f"{catalog:4} {point:7} {mode:13} #{t:<3} acked {o['acked_before_crash']:5} "
-                              f"lost {o['missing']} dup {o['duplicated']} "
+                        print(f"{catalog:4} {point:7} {mode:13} #{t:<3} "
+                              f"acked {o.get('acked_before_crash', '-')} "
+                              f"committed-unacked {o.get('committed_unacked', '-')} "
+                              f"lost {o.get('missing', '-')} dup {o.get('duplicated', '-')} "
                               + ("ok" if not problems else "FAILED: " + "; ".join(problems)),
                               flush=True)
     table = summarize(outcomes)
