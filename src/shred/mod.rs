@@ -131,4 +131,6 @@ impl Shredder {
 }
 
 #[cfg(test)]
+mod differential;
+#[cfg(test)]
 mod tests;
