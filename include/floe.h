@@ -203,8 +203,8 @@ void floe_writer_free(struct floe_writer *writer);
 //
 // On `FLOE_STATUS_OK`, `*result_out` receives the per-message outcome (see
 // `floe_batch_result_failure`). A message failed with `FLOE_STATUS_DATA` failed through
-// its own fault (conversion, a table that does not exist, a missing exactly-once
-// position): replaying it fails again, so it may be dead-lettered. A message failed
+// its own fault (conversion, a table that does not exist, a name or operation that is
+// not UTF-8, a missing exactly-once position): replaying it fails again, so it may be dead-lettered. A message failed
 // with any other status (its table's commit failed: storage, catalog, auth, conflicts
 // beyond `commit.retry_timeout`, unknown outcome; or its position was being committed
 // by another call) should be retried, not dead-lettered; the other messages are

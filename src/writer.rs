@@ -220,9 +220,25 @@ impl Writer {
     /// not dead-letter them. When no table committed anything and such a failure
     /// happened, the call fails as a whole with `Err`.
     pub async fn write_batch(&self, messages: &[Message<'_>]) -> Result<BatchOutcome> {
-        let mut failures: Vec<Option<Error>> = vec![None; messages.len()];
+        self.write_batch_after(messages, vec![None; messages.len()])
+            .await
+    }
+
+    /// [`Self::write_batch`] for a batch some of whose messages already failed on the way
+    /// in (`failed[i]`, e.g. a table name from the host that is not UTF-8): those keep
+    /// their errors and are not written.
+    pub async fn write_batch_after(
+        &self,
+        messages: &[Message<'_>],
+        failed: Vec<Option<Error>>,
+    ) -> Result<BatchOutcome> {
+        assert_eq!(failed.len(), messages.len(), "one entry per message");
+        let mut failures = failed;
         let mut groups: HashMap<TableIdent, Vec<usize>> = HashMap::new();
         for (i, m) in messages.iter().enumerate() {
+            if failures[i].is_some() {
+                continue;
+            }
             if let Err(e) = RowOp::parse(m.operation) {
                 failures[i] = Some(Error::new(ErrorKind::Data, format!("message {i}: {e}")));
                 continue;

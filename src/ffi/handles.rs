@@ -254,28 +254,35 @@ unsafe fn strings<'a>(
     Ok(offsets.windows(2).map(|w| &data[w[0]..w[1]]).collect())
 }
 
+/// Each message's entry of a name list; `Err` when it is not UTF-8.
+type Names<'a> = Vec<Result<&'a str, ()>>;
+
+/// Per-message names (namespaces, tables, operations, sources), `None` when the caller
+/// gave none. An entry that is not UTF-8 is `Err`: it fails its message, not the batch
+/// (hosts fill these from per-message metadata, which may hold any bytes).
 fn optional_names<'a>(
     data: *const u8,
     offsets: *const usize,
     count: usize,
-) -> Result<Option<Vec<&'a str>>, (FloeStatus, String)> {
+) -> Result<Option<Names<'a>>, (FloeStatus, String)> {
     if offsets.is_null() {
         return Ok(None);
     }
     // SAFETY: same contract as the messages.
     let raw = unsafe { strings(data, offsets, count) }?;
-    raw.into_iter()
-        .map(|b| std::str::from_utf8(b).map_err(|_| invalid("table or namespace is not UTF-8")))
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
+    Ok(Some(
+        raw.into_iter()
+            .map(|b| std::str::from_utf8(b).map_err(|_| ()))
+            .collect(),
+    ))
 }
 
 /// Writes and commits a batch, blocking until every table it touches has committed.
 ///
 /// On `FLOE_STATUS_OK`, `*result_out` receives the per-message outcome (see
 /// `floe_batch_result_failure`). A message failed with `FLOE_STATUS_DATA` failed through
-/// its own fault (conversion, a table that does not exist, a missing exactly-once
-/// position): replaying it fails again, so it may be dead-lettered. A message failed
+/// its own fault (conversion, a table that does not exist, a name or operation that is
+/// not UTF-8, a missing exactly-once position): replaying it fails again, so it may be dead-lettered. A message failed
 /// with any other status (its table's commit failed: storage, catalog, auth, conflicts
 /// beyond `commit.retry_timeout`, unknown outcome; or its position was being committed
 /// by another call) should be retried, not dead-lettered; the other messages are
@@ -325,8 +332,25 @@ pub unsafe extern "C" fn floe_writer_write(
                 "floe_writer_write: sources and message_offsets must be given together",
             ));
         }
-        let pick = |v: &Option<Vec<&'static str>>, i: usize| {
-            v.as_ref().map(|v| v[i]).filter(|s| !s.is_empty())
+        let named = [
+            ("namespace", &namespaces),
+            ("table", &tables),
+            ("operation", &operations),
+            ("source", &sources),
+        ];
+        let failed: Vec<Option<Error>> = (0..batch.count)
+            .map(|i| {
+                let (what, _) = named
+                    .iter()
+                    .find(|(_, names)| names.as_ref().is_some_and(|n| n[i].is_err()))?;
+                Some(Error::new(
+                    ErrorKind::Data,
+                    format!("message {i}: its {what} is not UTF-8"),
+                ))
+            })
+            .collect();
+        let pick = |v: &Option<Names<'static>>, i: usize| {
+            v.as_ref().and_then(|v| v[i].ok()).filter(|s| !s.is_empty())
         };
         let messages: Vec<Message> = payloads
             .iter()
@@ -355,7 +379,7 @@ pub unsafe extern "C" fn floe_writer_write(
             )));
         }
         let outcome = rt.block_on(async {
-            let write = writer.inner.write_batch(&messages);
+            let write = writer.inner.write_batch_after(&messages, failed);
             match cancel {
                 None => write.await,
                 Some(token) => tokio::select! {

@@ -195,14 +195,15 @@ static void check_writes(floe_writer *writer) {
     floe_batch_result_free(result);
     unpack(p);
 
-    /* Per-message tables: an empty entry means the config's table. */
-    const char *rows[] = {"{\"id\": 10}", "{\"id\": 11}", "{\"id\": 12}"};
-    const char *tables[] = {"other", "", "other"};
-    struct packed r = pack(rows, 3), t = pack(tables, 3);
+    /* Per-message tables: an empty entry means the config's table; one that is not
+     * UTF-8 fails its message alone. */
+    const char *rows[] = {"{\"id\": 10}", "{\"id\": 11}", "{\"id\": 12}", "{\"id\": 13}"};
+    const char *tables[] = {"other", "", "other", "\xff\xfe"};
+    struct packed r = pack(rows, 4), t = pack(tables, 4);
     floe_batch routed = {0};
     routed.data = r.data;
     routed.offsets = r.offsets;
-    routed.count = 3;
+    routed.count = 4;
     routed.tables = t.data;
     routed.table_offsets = t.offsets;
     result = write_all(writer, &routed, NULL, &status);
@@ -210,6 +211,10 @@ static void check_writes(floe_writer *writer) {
     CHECK(floe_batch_result_rows(result) == 3, "routed rows %zu", floe_batch_result_rows(result));
     CHECK(floe_batch_result_snapshots(result) == 2, "routed snapshots %zu",
           floe_batch_result_snapshots(result));
+    CHECK(floe_batch_result_failed_count(result) == 1 &&
+              floe_error_status(floe_batch_result_failure(result, 3)) == FLOE_STATUS_DATA,
+          "a table that is not UTF-8: %s",
+          message_of((floe_error *)floe_batch_result_failure(result, 3)));
     floe_batch_result_free(result);
     unpack(r);
     unpack(t);
