@@ -119,9 +119,10 @@ e2e-test: bench-deps $(FLOE_FP_BIN)
 	$(PYTHON) -m pytest -q $(E2E)
 
 ## reliability: the crash trials' full matrix (50 trials per kill point, catalog and mode;
-## about an hour), written to reliability/crash-trials.md. ARGS passes options on.
+## about 35 minutes; ARGS passes options on) and a one-hour soak, written to reliability/.
 reliability: bin $(FLOE_FP_BIN) py-deps
 	$(PYTHON) $(E2E)/crash_trials.py $(ARGS)
+	$(PYTHON) bench-configs/long_run.py --minutes 60 --report reliability
 
 lint:
 	$(CARGO) fmt --check

@@ -27,7 +27,6 @@ each point in `make test`.
 """
 import argparse
 import concurrent.futures
-import ctypes
 import http.client
 import json
 import os
@@ -51,7 +50,7 @@ FLOE_FAILPOINTS = os.path.join(ROOT, "go-shim", "cmd", "floe", "floe-failpoints"
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
 from read_table import duckdb_connect, s3_list  # noqa: E402
-from services import free_port  # noqa: E402
+from services import die_with_parent, free_port  # noqa: E402
 
 NAMESPACE = "crash_trials"
 # Failpoint names in src/failpoint.rs, by the phase they stand for.
@@ -114,12 +113,6 @@ def host_config(port, output):
             "input:\n  http_server:\n"
             f"    address: 127.0.0.1:{port}\n    path: /post\n    timeout: 120s\n"
             "output:\n" + textwrap.indent(output, "  "))
-
-
-def die_with_parent():
-    """In the child before exec: SIGKILL when the harness dies (PR_SET_PDEATHSIG), so a
-    harness killed by a timeout leaves no host behind."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
 class Host:

@@ -10,6 +10,7 @@ Two ways to use it:
     JSON line with the endpoints once ready, then keeps the services up until PID exits
     (or stdin closes), and stops them. Rust integration tests use this.
 """
+import ctypes
 import json
 import os
 import shutil
@@ -29,6 +30,13 @@ ACCESS_KEY = "floe-test-key"
 SECRET_KEY = "floe-test-secret"
 BUCKET = "floe-test"
 REGION = "us-east-1"
+
+
+def die_with_parent():
+    """In a child before exec: SIGKILL it when the process that started it dies
+    (PR_SET_PDEATHSIG), so a harness killed by a timeout or a signal leaves no server
+    or host behind even when it cannot run its cleanup."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def free_port() -> int:
@@ -107,7 +115,7 @@ class Services:
     def _spawn(self, name, args, env=None):
         log = os.path.join(self.dir, f"{name}.log")
         proc = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                                env=env, start_new_session=True)
+                                env=env, start_new_session=True, preexec_fn=die_with_parent)
         self.procs.append(proc)
         self.pids[name] = proc.pid
         return proc, log
