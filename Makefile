@@ -100,6 +100,9 @@ rust-test: py-deps
 ABI_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -fno-omit-frame-pointer -Iinclude
 ABI_SYS    := -lm -ldl -lpthread
 abi-test: $(LIB)
+	@command -v valgrind >/dev/null || { echo "valgrind missing: installing Debian's package"; \
+		(apt-get install -y valgrind || (apt-get update && apt-get install -y valgrind)) >/dev/null; } || \
+		{ echo "make abi-test needs valgrind (apt-get install valgrind)"; exit 1; }
 	$(CARGO) build --lib
 	mkdir -p target/c
 	$(CC) $(ABI_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
