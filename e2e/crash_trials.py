@@ -554,7 +554,7 @@ def main():
                 "snapshot references (uploads of commits the kill cut short). The restart "
                 "column is the second host's start to its last acknowledgement.\n\n" + table + "\n")
     with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-        json.dump(outcomes, f, indent=1)
+        json.dump(outcomes, f)
     print(table)
     failed = [o for o in outcomes if check(o)]
     sys.exit(1 if failed else 0)
