@@ -122,9 +122,13 @@ e2e-test: bench-deps $(FLOE_FP_BIN)
 	$(PYTHON) -m pytest -q $(E2E)
 
 ## reliability: the crash trials' full matrix (50 trials per kill point, catalog and mode;
-## about 35 minutes; ARGS passes options on) and a one-hour soak, written to reliability/.
+## about 25 minutes; ARGS passes options on), the fault matrix (every fault, both modes,
+## 2 trials each; about an hour), five minutes of overload against a bandwidth-capped S3
+## and a one-hour soak, written to reliability/.
 reliability: bin $(FLOE_FP_BIN) py-deps
 	$(PYTHON) $(E2E)/crash_trials.py $(ARGS)
+	$(PYTHON) $(E2E)/fault_matrix.py --trials 2
+	$(PYTHON) $(E2E)/overload.py --minutes 5 --report reliability
 	$(PYTHON) bench-configs/long_run.py --minutes 60 --report reliability
 
 lint:

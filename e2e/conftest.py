@@ -8,10 +8,17 @@ from services import Services  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def services():
-    """SeaweedFS + Apache's REST fixture on 127.0.0.1 for the whole session, stopped by PID."""
+def running_services():
+    """SeaweedFS + Apache's REST fixture on 127.0.0.1 for the whole session, stopped by PID
+    (the `Services` object: tests that crash and restart a service need it)."""
     with Services() as s:
-        yield s.info
+        yield s
+
+
+@pytest.fixture(scope="session")
+def services(running_services):
+    """The services' endpoints and credentials."""
+    return running_services.info
 
 
 # Output files the tests keep of every floe run (`keep_output`), scanned for secrets.

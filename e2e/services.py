@@ -102,6 +102,7 @@ class Services:
     def __init__(self):
         self.procs = []
         self.pids = {}  # service name → PID, e.g. for CPU accounting in benchmarks
+        self.spawned = {}  # service name → (process, args, env), for kill and restart
         self.dir = None
         self.info = {}
 
@@ -112,13 +113,38 @@ class Services:
     def __exit__(self, *exc):
         self.stop()
 
-    def _spawn(self, name, args, env=None):
+    def _spawn(self, name, args, env=None, mode="w"):
         log = os.path.join(self.dir, f"{name}.log")
-        proc = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(args, stdout=open(log, mode), stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True, preexec_fn=die_with_parent)
         self.procs.append(proc)
         self.pids[name] = proc.pid
+        self.spawned[name] = (proc, args, env)
         return proc, log
+
+    def kill(self, name):
+        """SIGKILLs a service ("seaweedfs" or "rest-fixture") and its process group, as a
+        crash would: no shutdown, no flush. Its data directory and ports stay reserved
+        for `restart`."""
+        proc, _, _ = self.spawned[name]
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=30)
+
+    def restart(self, name, timeout=120):
+        """Starts a killed service again with the same command line, so on the same
+        ports and over the same data (SeaweedFS's directory, the fixture's SQLite file),
+        and waits until it answers. Returns the seconds that took."""
+        started = time.monotonic()
+        _, args, env = self.spawned[name]
+        self.procs = [p for p in self.procs if p.poll() is None]
+        proc, log = self._spawn(name, args, env, mode="a")
+        url = self.info["s3_endpoint"] if name == "seaweedfs" else self.info["rest_url"] + "/v1/config"
+        wait_http(url, timeout, proc, log)
+        return time.monotonic() - started
 
     def start(self):
         os.makedirs(STATE, exist_ok=True)
@@ -181,6 +207,12 @@ class Services:
             # commit would make the fixture, not the client, what benchmarks measure.
             "CATALOG_URI": f"jdbc:sqlite:{os.path.join(self.dir, 'rest-catalog.db')}"
                            "?journal_mode=WAL&synchronous=OFF",
+            # One pooled connection: with two, a write that failed with
+            # SQLITE_BUSY_SNAPSHOT (two processes creating one table at once) left a
+            # connection on a stale snapshot, which then answered 404 for the table
+            # and 500 to every create, forever (found by e2e/fault_matrix.py's four
+            # writers). SQLite runs one write at a time anyway.
+            "CATALOG_CLIENTS": "1",
             "CATALOG_IO__IMPL": "org.apache.iceberg.aws.s3.S3FileIO",
             "CATALOG_S3_ENDPOINT": self.info["s3_endpoint"],
             "CATALOG_S3_PATH__STYLE__ACCESS": "true",
