@@ -286,15 +286,17 @@ def on_requests(proxy_of, kind, count, **params):
     return run
 
 
-def crash_and_restart(service, proxy_of, down_seconds):
+def crash_and_restart(service, down_seconds):
     """SIGKILL a service, keep it down, start it again on the same ports and data. Hits:
-    floe's requests the proxy could not forward while the service was down."""
+    floe's requests that failed meanwhile: those the proxies could not forward, and the
+    catalog's 5xx answers (the REST fixture fails commits while SeaweedFS is down)."""
     def run(trial):
-        proxy = proxy_of(trial)
-        before = len(proxy.errors)
+        errors = lambda: len(trial.s3.errors) + len(trial.catalog.errors)  # noqa: E731
+        before, answered = errors(), len(trial.catalog.answers)
         trial.services.kill(service)
         time.sleep(down_seconds)
-        hits = len(proxy.errors) - before
+        hits = errors() - before + sum(
+            1 for _, _, status in trial.catalog.answers[answered:] if status >= 500)
         trial.services.restart(service)
         return hits, 1
     return run
@@ -391,7 +393,7 @@ FAULTS = [
           lambda t: on_requests(s3, "redirect", 3, method="PUT",
                                 location=t.services.info["s3_endpoint"])(t)),
     Fault("seaweedfs-crash", "SeaweedFS SIGKILLed, down 5 s, restarted",
-          crash_and_restart("seaweedfs", s3, 5)),
+          crash_and_restart("seaweedfs", 5)),
     Fault("catalog-latency", "every catalog request delayed 500 ms, for 15 s",
           for_seconds(catalog, "latency", 15, delay=0.5)),
     Fault("catalog-503", "every catalog request answered 503, for 10 s",
@@ -407,7 +409,7 @@ FAULTS = [
           "(floe's catalog client gives up after 60 s)",
           on_commits("hang", seconds=75, hold=90)),
     Fault("rest-fixture-crash", "the REST fixture SIGKILLed, down 5 s, restarted",
-          crash_and_restart("rest-fixture", catalog, 5)),
+          crash_and_restart("rest-fixture", 5)),
     Fault("four-writers", "four host processes commit to one table for 15 s (the "
           "catalog's own 409s)", conflicts, writers=4),
     Fault("writer-crash", "one of four writer processes SIGKILLed mid-run, restarted",

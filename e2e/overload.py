@@ -30,20 +30,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 FLOE = os.path.join(ROOT, "go-shim", "cmd", "floe", "floe")
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "bench-configs"))
 from faultproxy import FaultProxy  # noqa: E402
+from long_run import rss_mib  # noqa: E402
 
 RECORD_BYTES = 142  # bench-configs/events.yaml's events, JSON
-
-
-def rss_mib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def table_rows(catalog):

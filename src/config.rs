@@ -394,7 +394,10 @@ pub struct CommitConfig {
     pub max_retries: u32,
     /// How long a commit keeps retrying conflicts with other writers before it fails.
     /// A conflict means another commit landed, so it is retried on the new head (a
-    /// cheap rebase) until this much time has passed since the first attempt.
+    /// cheap rebase) until this much time has passed since the first attempt. Also how
+    /// long floe keeps asking a catalog it cannot reach whether a commit of unknown
+    /// outcome landed, before it reports the outcome unknown (which an at-least-once
+    /// host answers by writing the rows again).
     #[serde(
         default = "default_retry_timeout",
         deserialize_with = "duration",

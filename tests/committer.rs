@@ -113,8 +113,12 @@ enum Fault {
     /// Do not forward; answer 400 (a definite refusal).
     Reject,
     /// Forward it (the catalog applies it), answer 429 as a proxy that re-sent the POST
-    /// would, and fail the client's next table load with 503.
-    ApplyThen429AndFailReload,
+    /// would, and answer every request of the next 5 s with 503 (the catalog is down).
+    ApplyThen429AndGoDown,
+    /// Forward it (the catalog applies it), drop the connection without answering, and
+    /// answer every request of the next 3 s with 503: the catalog went down right after
+    /// applying the commit, and comes back.
+    LoseResponseThenGoDown,
     /// Do not forward; answer 302 pointing at the table's own URL, as a misconfigured
     /// gateway does (a client following it GETs the table: 200).
     Redirect,
@@ -140,19 +144,19 @@ impl FaultProxy {
         let injected = Arc::new(AtomicUsize::new(0));
         let upstream_addr = upstream.trim_start_matches("http://").to_string();
         let count = injected.clone();
-        // Set by `Fault::ApplyThen429AndFailReload`: the next GET fails.
-        let fail_next_get = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Set by the faults that take the catalog down: until then, every request fails.
+        let down_until = Arc::new(std::sync::Mutex::new(None));
         tokio::spawn(async move {
             loop {
                 let (client, _) = listener.accept().await.unwrap();
-                let (faults, count, upstream_addr, fail_get) = (
+                let (faults, count, upstream_addr, down) = (
                     faults.clone(),
                     count.clone(),
                     upstream_addr.clone(),
-                    fail_next_get.clone(),
+                    down_until.clone(),
                 );
                 tokio::spawn(async move {
-                    let _ = proxy_one(client, &upstream_addr, &faults, &count, &fail_get).await;
+                    let _ = proxy_one(client, &upstream_addr, &faults, &count, &down).await;
                 });
             }
         });
@@ -165,7 +169,7 @@ async fn proxy_one(
     upstream: &str,
     faults: &std::sync::Mutex<std::vec::IntoIter<Fault>>,
     injected: &AtomicUsize,
-    fail_next_get: &std::sync::atomic::AtomicBool,
+    down_until: &std::sync::Mutex<Option<std::time::Instant>>,
 ) -> std::io::Result<()> {
     let (first_line, request) = read_request(&mut client).await?;
     let is_commit = first_line.starts_with("POST ") && {
@@ -178,7 +182,14 @@ async fn proxy_one(
     } else {
         None
     };
-    if first_line.starts_with("GET ") && fail_next_get.swap(false, Ordering::SeqCst) {
+    let down = |d: std::time::Duration| {
+        *down_until.lock().unwrap() = Some(std::time::Instant::now() + d);
+    };
+    if down_until
+        .lock()
+        .unwrap()
+        .is_some_and(|until| std::time::Instant::now() < until)
+    {
         let answer =
             "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
         return client.write_all(answer.as_bytes()).await;
@@ -214,9 +225,14 @@ async fn proxy_one(
             injected.fetch_add(1, Ordering::SeqCst);
             Ok(()) // the commit was applied; the client never hears of it
         }
-        Some(Fault::ApplyThen429AndFailReload) => {
+        Some(Fault::LoseResponseThenGoDown) => {
             injected.fetch_add(1, Ordering::SeqCst);
-            fail_next_get.store(true, Ordering::SeqCst);
+            down(std::time::Duration::from_secs(3));
+            Ok(())
+        }
+        Some(Fault::ApplyThen429AndGoDown) => {
+            injected.fetch_add(1, Ordering::SeqCst);
+            down(std::time::Duration::from_secs(5));
             let answer =
                 "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
             client.write_all(answer.as_bytes()).await
@@ -349,10 +365,20 @@ fn writer_behind(
     faults: Vec<Fault>,
     table: &str,
 ) -> (FaultProxy, Writer) {
+    writer_behind_with(rt, faults, table, json!({}))
+}
+
+/// [`writer_behind`] with a `commit` section.
+fn writer_behind_with(
+    rt: &tokio::runtime::Runtime,
+    faults: Vec<Fault>,
+    table: &str,
+    commit: serde_json::Value,
+) -> (FaultProxy, Writer) {
     let proxy = rt.block_on(FaultProxy::start(services().rest_url.clone(), faults));
     let cfg = rest_config(
-        json!({"catalog": {"url": proxy.url}, "namespace": "committer",
-        "table": table, "schema_evolution": {"enabled": true, "schema": schema()}}),
+        json!({"catalog": {"url": proxy.url}, "namespace": "committer", "table": table,
+        "commit": commit, "schema_evolution": {"enabled": true, "schema": schema()}}),
     );
     let writer = rt.block_on(Writer::open(cfg)).unwrap();
     (proxy, writer)
@@ -374,14 +400,16 @@ fn expect_failed_call(
 /// Regression (attack on the commit path): a "definite" refusal sent after the catalog
 /// applied the commit (a proxy re-sending the POST), then a failed reload, deleted the
 /// files of the snapshot main pointed at. Until a reload shows the commit absent, its
-/// files stay and the outcome is unknown.
+/// files stay and the outcome is unknown (here the catalog stays down past
+/// `retry_timeout`, so floe cannot look).
 #[test]
 fn a_refusal_that_cannot_be_checked_keeps_the_files() {
     let rt = runtime();
-    let (proxy, writer) = writer_behind(
+    let (proxy, writer) = writer_behind_with(
         &rt,
-        vec![Fault::ApplyThen429AndFailReload],
+        vec![Fault::ApplyThen429AndGoDown],
         "refused_applied",
+        json!({"retry_timeout": "2s"}),
     );
     let texts = rows(0, 10);
     let error = expect_failed_call(&rt, &writer, &texts);
@@ -390,6 +418,34 @@ fn a_refusal_that_cannot_be_checked_keeps_the_files() {
     // The commit landed: its rows are readable, so its files are all still there.
     assert_eq!(
         ids_read_back("committer.refused_applied"),
+        (0..10).collect::<Vec<_>>()
+    );
+}
+
+/// Regression (fault matrix: the REST fixture SIGKILLed mid-run, at-least-once): the
+/// catalog applied a commit and went down before answering. floe's one look for the
+/// commit failed, the call reported its outcome unknown, and the host wrote the rows
+/// again: 400 rows twice. floe now keeps looking, within `commit.retry_timeout`, until
+/// the catalog is back, and finds its commit.
+#[test]
+fn a_commit_applied_before_the_catalog_went_down_is_found_once_it_is_back() {
+    let rt = runtime();
+    let (proxy, writer) = writer_behind(&rt, vec![Fault::LoseResponseThenGoDown], "went_down");
+    let texts = rows(0, 10);
+    let out = rt
+        .block_on(writer.write_batch(&messages(&texts)))
+        .expect("the commit is found once the catalog answers again");
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    assert_eq!(proxy.injected.load(Ordering::SeqCst), 1);
+    let (snapshots, summary) = table_stats(&writer, &rt, "committer.went_down");
+    assert_eq!(snapshots, 1, "one commit, not retried");
+    assert_eq!(summary["total-records"], json!("10"));
+    assert_eq!(
+        ids_read_back("committer.went_down"),
         (0..10).collect::<Vec<_>>()
     );
 }

@@ -98,7 +98,7 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewIntField("max_snapshots").Default(def("commit.max_snapshots")).Description("Most snapshots a branch keeps under floe's defaults, whatever their age (each commit makes the catalog rewrite the whole table metadata). Ignored for a table or branch with its own max snapshot age."),
 				service.NewBoolField("manifest_merge_enabled").Default(def("commit.manifest_merge_enabled")),
 				service.NewIntField("max_retries").Default(def("commit.max_retries")).Description("Retries of throttling answers (429/503) and of commits of unknown outcome; conflicts with other writers are retried until `retry_timeout`."),
-				service.NewDurationField("retry_timeout").Default(def("commit.retry_timeout")).Description("How long a commit keeps rebasing onto other writers' commits after conflicts before it fails."),
+				service.NewDurationField("retry_timeout").Default(def("commit.retry_timeout")).Description("How long a commit keeps rebasing onto other writers' commits after conflicts before it fails; also how long floe keeps asking an unreachable catalog whether a commit of unknown outcome landed, before it reports the outcome unknown."),
 				service.NewBoolField("cleanup_on_failure").Default(def("commit.cleanup_on_failure")),
 				service.NewDurationField("linger").Default(def("commit.linger")).Advanced().Description("How long the committer waits for more batches before writing a commit group. 0: batches that arrive while a commit is in flight share the next snapshot."),
 				service.NewIntField("max_group_rows").Default(def("commit.max_group_rows")).Advanced().Description("Most rows in one commit group."),

@@ -383,7 +383,11 @@ impl CommitStage {
                 // Cannot look. Even a "definite" refusal may come from a proxy that re-sent
                 // an applied commit, so until a look shows the commit absent, a sent
                 // attempt may have landed: its files stay.
-                let look = match self.look_for_attempt(changes, &sent, &written).await {
+                let deadline = started + self.options.retry_timeout;
+                let look = match self
+                    .look_for_attempt(changes, &sent, &written, deadline)
+                    .await
+                {
                     Ok(look) => look,
                     Err(e) => {
                         let e = e.context(format!("{previous}; then looking for it in {ident}"));
@@ -549,15 +553,32 @@ impl CommitStage {
     /// Reloads the table and looks for a sent attempt in it (see [`Self::find_attempt`]),
     /// publishing the head. A look that fails (a manifest just removed by another
     /// tool's expiry, a storage hiccup) is tried again on a fresh head a few times.
+    ///
+    /// A catalog that cannot be reached (restarting, or a gateway answering 503) is asked
+    /// again until `deadline`: giving up leaves the outcome unknown, and a host that
+    /// retries an unknown outcome at least once appends the rows a second time if the
+    /// commit had landed just before the catalog went away.
     async fn look_for_attempt(
         &self,
         changes: &SnapshotChanges,
         sent: &[SentAttempt],
         written: &[String],
+        deadline: Instant,
     ) -> Result<Look> {
         let mut tries = 0;
+        let mut unreachable = 0;
         loop {
-            let fresh = self.reload().await?;
+            let fresh = match self.reload().await {
+                Ok(fresh) => fresh,
+                Err(e) if e.kind() == ErrorKind::Unavailable && Instant::now() < deadline => {
+                    unreachable += 1;
+                    tracing::debug!("looking for commit {}: {e}", changes.commit_id);
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tokio::time::sleep(backoff(unreachable).min(left)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let look = self.find_attempt(&fresh, changes, sent, written).await;
             self.publish(fresh);
             match look {
