@@ -135,6 +135,41 @@ pub struct AuthConfig {
     #[serde(default, deserialize_with = "non_empty")]
     pub bearer: Option<String>,
     pub oauth2: Option<OAuth2Config>,
+    pub aws_sigv4: Option<SigV4Config>,
+}
+
+/// AWS SigV4-signed catalog calls (Glue's and S3 Tables' Iceberg REST endpoints).
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SigV4Config {
+    /// The region in the signature's scope; `AWS_REGION` when absent.
+    #[serde(default, deserialize_with = "non_empty")]
+    pub region: Option<String>,
+    /// The service in the scope: `glue` (Glue), `s3tables` (S3 Tables), `execute-api`.
+    #[serde(default = "default_sigv4_service")]
+    pub service: String,
+    /// Absent: the environment, then the shared credentials file.
+    pub credentials: Option<S3Credentials>,
+}
+
+fn default_sigv4_service() -> String {
+    "execute-api".into()
+}
+
+impl std::fmt::Debug for SigV4Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigV4Config")
+            .field("region", &self.region)
+            .field("service", &self.service)
+            .field(
+                "credentials",
+                &self
+                    .credentials
+                    .as_ref()
+                    .map(|c| format!("id {} (secret redacted)", c.id)),
+            )
+            .finish()
+    }
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -194,6 +229,7 @@ impl std::fmt::Debug for AuthConfig {
         f.debug_struct("AuthConfig")
             .field("bearer", &self.bearer.as_ref().map(|_| "<redacted>"))
             .field("oauth2", &self.oauth2)
+            .field("aws_sigv4", &self.aws_sigv4)
             .finish()
     }
 }
@@ -643,9 +679,11 @@ fn describe_type_error(e: &serde_path_to_error::Error<serde_json::Error>) -> Str
 
 /// Fields whose values are secrets (header values are often `Authorization`).
 fn is_secret_path(path: &str) -> bool {
-    const SECRETS: [&str; 4] = [
+    const SECRETS: [&str; 6] = [
         "catalog.auth.bearer",
         "catalog.auth.oauth2.client_secret",
+        "catalog.auth.aws_sigv4.credentials.secret",
+        "catalog.auth.aws_sigv4.credentials.token",
         "storage.aws_s3.credentials.secret",
         "storage.aws_s3.credentials.token",
     ];
@@ -678,10 +716,6 @@ pub enum CatalogKind {
 /// for now, with the reason. Start-up and `floe lint` (the Go output's lint rule calls
 /// [`Config::problems`]) both read this one table, so they say the same.
 pub const UNSUPPORTED_FIELDS: &[(&str, &str)] = &[
-    (
-        "catalog.auth.aws_sigv4",
-        "SigV4 catalog auth is not supported by floe yet",
-    ),
     (
         "storage.gcp_cloud_storage",
         "GCS storage is not supported by floe yet",
@@ -728,13 +762,16 @@ impl Config {
     /// The defaults floe applies to fields a config leaves out, as a config document
     /// (durations in Go's text form). The Go output shows them as its fields' defaults,
     /// so the host's docs and floe cannot drift apart. Sections that exist only when
-    /// given (`catalog.auth.oauth2`, `storage.aws_s3`) carry their fields' defaults too.
+    /// given (`catalog.auth.oauth2`, `catalog.auth.aws_sigv4`, `storage.aws_s3`) carry
+    /// their fields' defaults too.
     pub fn defaults() -> serde_json::Value {
         let config = Config::from_json("{}").expect("the empty config is valid");
         let mut tree = serde_json::to_value(&config).expect("a config serialises");
         strip_nulls(&mut tree);
         tree["catalog"]["auth"]["oauth2"] =
             serde_json::json!({ "server_uri": default_oauth_uri() });
+        tree["catalog"]["auth"]["aws_sigv4"] =
+            serde_json::json!({ "service": default_sigv4_service() });
         tree["storage"]["aws_s3"] = serde_json::json!({ "force_path_style_urls": false });
         tree
     }
@@ -787,6 +824,28 @@ impl Config {
                  out for none)"
                     .into(),
             );
+        }
+        if let Some(c) = self
+            .catalog
+            .auth
+            .aws_sigv4
+            .as_ref()
+            .and_then(|s| s.credentials.as_ref())
+            && (c.id.is_empty() || c.secret.is_empty())
+        {
+            problems.push(
+                "catalog.auth.aws_sigv4.credentials: id and secret must both be set (leave \
+                 credentials out to use the environment or ~/.aws/credentials)"
+                    .into(),
+            );
+        }
+        let auths = [
+            self.catalog.auth.bearer.is_some(),
+            self.catalog.auth.oauth2.is_some(),
+            self.catalog.auth.aws_sigv4.is_some(),
+        ];
+        if auths.iter().filter(|set| **set).count() > 1 {
+            problems.push("catalog.auth: set one of bearer, oauth2 and aws_sigv4".into());
         }
         if let Some(o) = &self.catalog.auth.oauth2
             && (o.client_id.is_empty() || o.client_secret.is_empty())
@@ -946,14 +1005,13 @@ mod tests {
     #[test]
     fn problems_name_their_fields_and_are_all_reported() {
         let problems = Config::problems(
-            r#"{"catalog": {"auth": {"aws_sigv4": {"region": "x"}}},
+            r#"{"catalog": {"auth": {"aws_sigv4": {"region": "x", "credentials": {"id": "", "secret": "s"}}}},
                 "storage": {"azure_blob_storage": {"container": "c"}},
                 "commit": {"max_retries": -1}}"#,
         );
         assert_eq!(
             problems,
             [
-                "catalog.auth.aws_sigv4: SigV4 catalog auth is not supported by floe yet",
                 "storage.azure_blob_storage: Azure storage is not supported by floe yet",
                 "commit.max_retries: invalid value: integer `-1`, expected u32",
             ]
@@ -1099,12 +1157,23 @@ mod tests {
 
     #[test]
     fn secrets_stay_out_of_debug_output() {
-        let c = Config::from_json(
-            r#"{"catalog": {"auth": {"bearer": "tok-SECRET", "oauth2": {"client_id": "id", "client_secret": "SECRET2"}}},
-                "storage": {"aws_s3": {"credentials": {"id": "AKIA", "secret": "SECRET3"}}}}"#,
-        )
-        .unwrap();
-        let dbg = format!("{c:?}");
-        assert!(!dbg.contains("SECRET"), "{dbg}");
+        for auth in [
+            r#"{"bearer": "tok-SECRET"}"#,
+            r#"{"oauth2": {"client_id": "id", "client_secret": "SECRET2"}}"#,
+            r#"{"aws_sigv4": {"region": "r", "credentials": {"id": "AKIA", "secret": "SECRET4", "token": "SECRET5"}}}"#,
+        ] {
+            let c = Config::from_json(&format!(
+                r#"{{"catalog": {{"auth": {auth}}},
+                    "storage": {{"aws_s3": {{"credentials": {{"id": "AKIA", "secret": "SECRET3"}}}}}}}}"#
+            ))
+            .unwrap();
+            let dbg = format!("{c:?}");
+            assert!(!dbg.contains("SECRET"), "{dbg}");
+        }
+        let two = Config::problems(r#"{"catalog": {"auth": {"bearer": "t", "aws_sigv4": {}}}}"#);
+        assert_eq!(
+            two,
+            ["catalog.auth: set one of bearer, oauth2 and aws_sigv4"]
+        );
     }
 }

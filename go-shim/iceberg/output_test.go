@@ -200,7 +200,8 @@ func TestCancellationReturnsPromptly(t *testing.T) {
 func TestLintAndStartUpPrintLibfloesSameProblems(t *testing.T) {
 	cases := map[string]struct{ extra, want string }{
 		"gcs":       {"storage:\n  gcp_cloud_storage:\n    bucket: b\n", "storage.gcp_cloud_storage: GCS storage is not supported by floe yet"},
-		"sigv4":     {"catalog:\n  auth:\n    aws_sigv4:\n      region: us-east-1\n", "catalog.auth.aws_sigv4: SigV4 catalog auth is not supported by floe yet"},
+		"sigv4":     {"catalog:\n  auth:\n    aws_sigv4:\n      region: us-east-1\n      credentials:\n        id: \"\"\n        secret: s\n", "catalog.auth.aws_sigv4.credentials: id and secret must both be set (leave credentials out to use the environment or ~/.aws/credentials)"},
+		"two auths": {"catalog:\n  auth:\n    bearer: t\n    aws_sigv4:\n      region: us-east-1\n", "catalog.auth: set one of bearer, oauth2 and aws_sigv4"},
 		"azure":     {"storage:\n  azure_blob_storage:\n    container: c\n", "storage.azure_blob_storage: Azure storage is not supported by floe yet"},
 		"retries":   {"commit:\n  max_retries: -1\n", "commit.max_retries: invalid value: integer `-1`, expected u32"},
 		"snapshots": {"commit:\n  max_snapshots: 0\n", "commit.max_snapshots must be greater than 0"},

@@ -9,6 +9,7 @@
 
 pub mod answer;
 pub mod rest;
+mod sigv4;
 pub mod sql;
 
 use std::collections::HashMap;

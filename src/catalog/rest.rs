@@ -18,8 +18,9 @@ use serde::Deserialize;
 use tokio::sync::Mutex;
 
 use super::answer::{AnswerHead, apply_updates, refs_after};
+use super::sigv4::{Credentials, Signer};
 use super::{Catalog, LoadedTable, NewTable};
-use crate::config::{CatalogConfig, OAuth2Config, redact_user_info};
+use crate::config::{CatalogConfig, OAuth2Config, SigV4Config, redact_user_info};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sync::LockExt;
 
@@ -37,6 +38,8 @@ pub struct RestCatalog {
 enum Auth {
     None,
     Bearer(String),
+    /// Each request is signed (see `sigv4`), after it is built.
+    SigV4(Signer),
     OAuth2 {
         config: OAuth2Config,
         token: Mutex<Option<(String, Instant)>>,
@@ -109,18 +112,23 @@ impl RestCatalog {
             .timeout(Duration::from_secs(60))
             .build()
             .map_err(|e| Error::config(format!("cannot build HTTP client: {e}")))?;
-        let auth = match (&config.auth.bearer, &config.auth.oauth2) {
-            (Some(_), Some(_)) => {
-                return Err(Error::config(
-                    "catalog.auth: set either bearer or oauth2, not both",
-                ));
-            }
-            (Some(token), None) => Auth::Bearer(token.clone()),
-            (None, Some(o)) => Auth::OAuth2 {
+        let auth = match (
+            &config.auth.bearer,
+            &config.auth.oauth2,
+            &config.auth.aws_sigv4,
+        ) {
+            (Some(token), None, None) => Auth::Bearer(token.clone()),
+            (None, Some(o), None) => Auth::OAuth2 {
                 config: o.clone(),
                 token: Mutex::new(None),
             },
-            (None, None) => Auth::None,
+            (None, None, Some(s)) => Auth::SigV4(signer(s, &secrets)?),
+            (None, None, None) => Auth::None,
+            _ => {
+                return Err(Error::config(
+                    "catalog.auth: set one of bearer, oauth2 and aws_sigv4",
+                ));
+            }
         };
         let mut catalog = RestCatalog {
             http,
@@ -151,7 +159,7 @@ impl RestCatalog {
 
     async fn token(&self, force_refresh: bool) -> Result<Option<String>> {
         match &self.auth {
-            Auth::None => Ok(None),
+            Auth::None | Auth::SigV4(_) => Ok(None),
             Auth::Bearer(t) => Ok(Some(t.clone())),
             Auth::OAuth2 { config, token } => {
                 let mut cached = token.lock().await;
@@ -217,8 +225,15 @@ impl RestCatalog {
             if let Some(b) = body {
                 rb = rb.json(b);
             }
-            let response = rb
-                .send()
+            let mut request = rb
+                .build()
+                .map_err(|e| transport_error(e, "catalog request"))?;
+            if let Auth::SigV4(signer) = &self.auth {
+                signer.sign(&mut request, std::time::SystemTime::now())?;
+            }
+            let response = self
+                .http
+                .execute(request)
                 .await
                 .map_err(|e| transport_error(e, "catalog request"))?;
             let refreshable = matches!(self.auth, Auth::OAuth2 { .. });
@@ -261,6 +276,32 @@ impl RestCatalog {
             io_props,
         )
     }
+}
+
+/// The signer of `catalog.auth.aws_sigv4`, its secrets registered for redaction.
+fn signer(config: &SigV4Config, secrets: &Secrets) -> Result<Signer> {
+    let region = config
+        .region
+        .clone()
+        .or_else(|| std::env::var("AWS_REGION").ok().filter(|r| !r.is_empty()))
+        .ok_or_else(|| {
+            Error::config("catalog.auth.aws_sigv4: region is required (or AWS_REGION)")
+        })?;
+    let configured = config.credentials.as_ref().map(|c| Credentials {
+        id: c.id.clone(),
+        secret: c.secret.clone(),
+        token: c.token.clone(),
+    });
+    let credentials = Credentials::resolve(configured)?;
+    secrets.add(&credentials.secret);
+    if let Some(token) = &credentials.token {
+        secrets.add(token);
+    }
+    Ok(Signer {
+        region,
+        service: config.service.clone(),
+        credentials,
+    })
 }
 
 fn transport_error(e: reqwest::Error, what: &str) -> Error {
