@@ -320,9 +320,9 @@ def writer_crash(trial):
     client = trial.client
     time.sleep(random.uniform(0, 3))
     hits = 0
-    for _ in range(3):  # a kill that came just after its calls were answered is redone
-        wait_until(lambda: client.in_flight[0] > 0, 30, step=0.005)
-        time.sleep(random.uniform(0, 0.05))
+    for _ in range(10):  # a kill that came just after its calls were answered is redone
+        wait_until(lambda: client.in_flight[0] > 0, 30, step=0.002)
+        time.sleep(random.uniform(0, 0.02))
         killed = time.monotonic()
         trial.restart_host(0)
         time.sleep(0.5)  # the killed calls' posts fail at once; a moment to count them

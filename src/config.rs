@@ -673,6 +673,11 @@ fn describe_type_error(e: &serde_path_to_error::Error<serde_json::Error>) -> Str
     match path.as_str() {
         "" | "." => e.inner().to_string(),
         _ if is_secret_path(&path) => format!("{path}: must be a string"),
+        // A section holding secrets, given as something else (`credentials: "id/secret"`):
+        // serde's message would quote the value.
+        _ if holds_secrets(&path) && e.inner().to_string().starts_with("invalid type") => {
+            format!("{path}: must be a map (its value is not shown)")
+        }
         _ => format!("{path}: {}", e.inner()),
     }
 }
@@ -688,6 +693,17 @@ fn is_secret_path(path: &str) -> bool {
         "storage.aws_s3.credentials.token",
     ];
     SECRETS.contains(&path) || path.starts_with("catalog.headers")
+}
+
+/// Sections whose fields are secrets.
+fn holds_secrets(path: &str) -> bool {
+    [
+        "catalog.auth",
+        "storage.aws_s3.credentials",
+        "storage.aws_s3",
+    ]
+    .iter()
+    .any(|section| path == *section || path.starts_with(&format!("{section}.")))
 }
 
 fn strip_nulls(tree: &mut serde_json::Value) {
@@ -1169,6 +1185,17 @@ mod tests {
             .unwrap();
             let dbg = format!("{c:?}");
             assert!(!dbg.contains("SECRET"), "{dbg}");
+        }
+        for wrong in [
+            r#"{"catalog": {"auth": {"aws_sigv4": {"credentials": "AKIA/SECRET6"}}}}"#,
+            r#"{"catalog": {"auth": {"aws_sigv4": "SECRET6"}}}"#,
+            r#"{"storage": {"aws_s3": {"credentials": "AKIA/SECRET6"}}}"#,
+        ] {
+            let problems = Config::problems(wrong);
+            assert!(
+                problems.len() == 1 && !problems[0].contains("SECRET"),
+                "{problems:?}"
+            );
         }
         let two = Config::problems(r#"{"catalog": {"auth": {"bearer": "t", "aws_sigv4": {}}}}"#);
         assert_eq!(

@@ -283,9 +283,15 @@ fn signer(config: &SigV4Config, secrets: &Secrets) -> Result<Signer> {
     let region = config
         .region
         .clone()
-        .or_else(|| std::env::var("AWS_REGION").ok().filter(|r| !r.is_empty()))
+        .or_else(|| {
+            ["AWS_REGION", "AWS_DEFAULT_REGION"]
+                .iter()
+                .find_map(|v| std::env::var(v).ok().filter(|r| !r.is_empty()))
+        })
         .ok_or_else(|| {
-            Error::config("catalog.auth.aws_sigv4: region is required (or AWS_REGION)")
+            Error::config(
+                "catalog.auth.aws_sigv4: region is required (or AWS_REGION / AWS_DEFAULT_REGION)",
+            )
         })?;
     let configured = config.credentials.as_ref().map(|c| Credentials {
         id: c.id.clone(),

@@ -56,7 +56,10 @@ impl Credentials {
                     .ok()
                     .map(|h| format!("{h}/.aws/credentials"))
             });
-        let profile = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
+        let profile = std::env::var("AWS_PROFILE")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "default".into());
         if let Some(path) = file
             && let Ok(text) = std::fs::read_to_string(&path)
             && let Some(c) = from_shared_file(&text, &profile)
