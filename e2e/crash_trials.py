@@ -107,11 +107,13 @@ def output_block(services, catalog, table, warehouse, exactly_once):
     return block
 
 
-def host_config(port, output):
+def host_config(port, output, timeout="120s"):
+    """A host whose http_server input answers a post once the output acknowledged it
+    (or after `timeout`)."""
     return ("http:\n  enabled: false\n"
             "logger:\n  level: warn\n"
             "input:\n  http_server:\n"
-            f"    address: 127.0.0.1:{port}\n    path: /post\n    timeout: 120s\n"
+            f"    address: 127.0.0.1:{port}\n    path: /post\n    timeout: {timeout}\n"
             "output:\n" + textwrap.indent(output, "  "))
 
 

@@ -56,7 +56,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
-from crash_trials import FLOE, Host, load_table, orphan_files, wait_listening  # noqa: E402
+from crash_trials import (FLOE, Host, host_config, load_table, orphan_files,  # noqa: E402
+                          wait_listening)
 from faultproxy import FaultProxy, iceberg_error  # noqa: E402
 from read_table import duckdb_connect  # noqa: E402
 from services import free_port  # noqa: E402
@@ -103,19 +104,11 @@ def output_block(services, s3_endpoint, catalog_url, table, writer_id, exactly_o
     return block
 
 
-def host_config(port, output):
-    return ("http:\n  enabled: false\n"
-            "logger:\n  level: warn\n"
-            "input:\n  http_server:\n"
-            f"    address: 127.0.0.1:{port}\n    path: /post\n    timeout: 300s\n"
-            "output:\n" + textwrap.indent(output, "  "))
-
-
 def start_host(workdir, name, output):
     """A `floe run` host listening on a fresh port (another on a clash); (host, port)."""
     for attempt in range(3):
         port = free_port()
-        host = Host(workdir, f"{name}-{attempt}", FLOE, host_config(port, output))
+        host = Host(workdir, f"{name}-{attempt}", FLOE, host_config(port, output, "300s"))
         try:
             wait_listening(port, host)
             return host, port
