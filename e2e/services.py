@@ -174,6 +174,8 @@ class Services:
             "-master.telemetry=false", "-webdav=false", "-admin.ui=false",
             f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
             f"-s3.port={s3}", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={identities}",
+            # IAM writes let e2e/vending_front.py mint and delete short-lived keys.
+            "-s3.iam.readOnly=false",
         ])
         self.info["s3_endpoint"] = f"http://127.0.0.1:{s3}"
         wait_http(self.info["s3_endpoint"], 90, proc, log)

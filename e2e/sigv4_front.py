@@ -13,68 +13,41 @@ not forwarded. `accepted` and `rejected` count requests; `reasons` keeps why.
 """
 import hashlib
 import hmac
-import http.client
-import http.server
 import re
-import threading
-import urllib.parse
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from front import Front
+
 AUTH = re.compile(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
                   r"SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})$")
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
-              "proxy-authorization", "proxy-authenticate"}
 
 
-class SigV4Front:
+class SigV4Front(Front):
     def __init__(self, upstream_url, key_id, secret, region="us-east-1", service="glue",
                  token=None):
-        up = urllib.parse.urlsplit(upstream_url)
-        self.upstream = (up.hostname, up.port)
         self.credentials = Credentials(key_id, secret, token)
         self.region, self.service = region, service
-        self.lock = threading.Lock()
         self.accepted = 0
         self.rejected = 0
         self.reasons = []
-        front = self
+        super().__init__(upstream_url)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _handle(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                problem = front.verify(self.command, self.path, self.headers, body)
-                if problem:
-                    with front.lock:
-                        front.rejected += 1
-                        front.reasons.append(problem)
-                    msg = ('{"message": "The request signature we calculated does not match '
-                           'the signature you provided: ' + problem.replace('"', "'") + '"}').encode()
-                    self.send_response(403)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(msg)))
-                    self.end_headers()
-                    self.wfile.write(msg)
-                    return
-                with front.lock:
-                    front.accepted += 1
-                front.forward(self, body)
-
-            do_GET = do_POST = do_DELETE = do_HEAD = do_PUT = _handle
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+    def handle(self, handler, body):
+        problem = self.verify(handler.command, handler.path, handler.headers, body)
+        if problem:
+            with self.lock:
+                self.rejected += 1
+                self.reasons.append(problem)
+            msg = ('{"message": "The request signature we calculated does not match '
+                   'the signature you provided: ' + problem.replace('"', "'") + '"}').encode()
+            self.answer(handler, 403, msg)
+            return
+        with self.lock:
+            self.accepted += 1
+        self.forward(handler, body)
 
     def verify(self, method, target, headers, body):
         """Why the request's signature is not valid, or None."""
@@ -107,31 +80,3 @@ class SigV4Front:
         if not hmac.compare_digest(expected, signature):
             return "signature mismatch"
         return None
-
-    def forward(self, handler, body):
-        conn = http.client.HTTPConnection(*self.upstream, timeout=120)
-        try:
-            headers = {k: v for k, v in handler.headers.items() if k.lower() not in HOP_BY_HOP}
-            conn.request(handler.command, handler.path, body=body or None, headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
-            handler.send_response(resp.status, resp.reason)
-            for k, v in resp.getheaders():
-                if k.lower() not in HOP_BY_HOP and k.lower() != "content-length":
-                    handler.send_header(k, v)
-            handler.send_header("Content-Length", str(len(data)))
-            handler.end_headers()
-            if handler.command != "HEAD":
-                handler.wfile.write(data)
-        finally:
-            conn.close()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

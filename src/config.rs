@@ -127,6 +127,10 @@ pub struct CatalogConfig {
     pub headers: HashMap<String, String>,
     #[serde(default)]
     pub tls_skip_verify: bool,
+    /// A PEM file of CA certificates the catalog's TLS certificate may chain to, beside
+    /// the system's roots and the bundled Mozilla roots (a private CA).
+    #[serde(default, deserialize_with = "non_empty")]
+    pub tls_root_cas_file: Option<String>,
 }
 
 #[derive(Clone, Serialize, Deserialize, Default)]
@@ -220,6 +224,7 @@ impl std::fmt::Debug for CatalogConfig {
             .field("auth", &self.auth)
             .field("headers (values redacted)", &headers)
             .field("tls_skip_verify", &self.tls_skip_verify)
+            .field("tls_root_cas_file", &self.tls_root_cas_file)
             .finish()
     }
 }
@@ -796,6 +801,12 @@ impl Config {
     fn invalid_values(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if let Err(e) = self.catalog_kind() {
+            problems.push(e.message().to_string());
+        }
+        // A missing or unreadable CA file is found by lint, not at the first connect.
+        if let Some(path) = &self.catalog.tls_root_cas_file
+            && let Err(e) = crate::catalog::rest::root_cas(path)
+        {
             problems.push(e.message().to_string());
         }
         let parquet = &self.parquet;

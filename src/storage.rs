@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use iceberg::io::{FileIO, FileIOBuilder};
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
@@ -42,6 +43,93 @@ pub fn build_file_io(props: HashMap<String, String>) -> FileIO {
         .build()
 }
 
+/// The `FileIO` of one table: the configured storage properties with those the catalog
+/// supplied for the table on top, so vended credentials win over static keys and static
+/// keys serve when the catalog vends none.
+pub fn table_file_io(
+    configured: &HashMap<String, String>,
+    from_catalog: &HashMap<String, String>,
+) -> FileIO {
+    let mut props = configured.clone();
+    // Vended credentials replace the configured ones whole: a configured session token
+    // beside vended keys would spoil every request.
+    if has_vended_credentials(from_catalog) {
+        props.retain(|k, _| !is_credential_key(k));
+    }
+    props.extend(from_catalog.iter().map(|(k, v)| (k.clone(), v.clone())));
+    build_file_io(props)
+}
+
+/// Properties that carry storage credentials, in the names of Iceberg's FileIO
+/// properties (S3, GCS, ADLS).
+const CREDENTIAL_KEYS: &[&str] = &[
+    "s3.access-key-id",
+    "s3.session-token",
+    "gcs.oauth2.token",
+    "adls.sas-token.",
+    "adls.auth.shared-key.account.key",
+];
+
+/// Whether a property is a credential or belongs to one (secrets, expiry times).
+fn is_credential_key(key: &str) -> bool {
+    CREDENTIAL_KEYS.iter().any(|c| key.starts_with(c))
+        || key == "s3.secret-access-key"
+        || key.starts_with("adls.sas-token-expires-at-ms.")
+        || key == "gcs.oauth2.token-expires-at"
+}
+
+/// The values of a table's credential properties, for redaction.
+pub fn credential_values(props: &HashMap<String, String>) -> impl Iterator<Item = &str> {
+    props
+        .iter()
+        .filter(|(k, _)| is_credential_key(k) && !k.contains("expires-at"))
+        .map(|(_, v)| v.as_str())
+}
+
+/// When vended credentials stop working, as the catalog announced it (milliseconds since
+/// the epoch in `s3.session-token-expires-at-ms`, `gcs.oauth2.token-expires-at` or
+/// `adls.sas-token-expires-at-ms.<account>`); the earliest when several are given.
+pub fn credentials_expiry(props: &HashMap<String, String>) -> Option<SystemTime> {
+    props
+        .iter()
+        .filter(|(k, _)| {
+            *k == "s3.session-token-expires-at-ms"
+                || *k == "gcs.oauth2.token-expires-at"
+                || k.starts_with("adls.sas-token-expires-at-ms.")
+        })
+        .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+        .min()
+}
+
+/// Whether the catalog supplied credentials for the table (which may then need
+/// refreshing), rather than only settings.
+pub fn has_vended_credentials(props: &HashMap<String, String>) -> bool {
+    props
+        .keys()
+        .any(|k| CREDENTIAL_KEYS.iter().any(|c| k.starts_with(c)))
+}
+
+/// Whether storage refused a request for its credentials (HTTP 403: expired, revoked or
+/// unknown keys), the failure that fresh vended credentials may cure.
+pub fn is_credential_refusal(e: &crate::Error) -> bool {
+    let m = e.message();
+    // opendal's kind for 403, the response status it quotes, and S3's error codes (an
+    // expired token may come as 400, whose code is all that tells).
+    [
+        "PermissionDenied",
+        "status: 403",
+        "InvalidAccessKeyId",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+        "SignatureDoesNotMatch",
+        "AccessDenied",
+    ]
+    .iter()
+    .any(|sign| m.contains(sign))
+}
+
 /// Turns a local folder into an absolute `file://` URL; other URLs pass through.
 pub fn location_url(location: &str) -> crate::Result<String> {
     if location.contains("://") {
@@ -63,6 +151,28 @@ pub fn location_url(location: &str) -> crate::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vended_credentials_and_their_expiry_are_recognised() {
+        let props: HashMap<String, String> = [
+            ("s3.access-key-id", "AKID"),
+            ("s3.session-token-expires-at-ms", "2000"),
+            ("adls.sas-token-expires-at-ms.acct", "1500"),
+            ("s3.endpoint", "http://x"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert!(has_vended_credentials(&props));
+        assert_eq!(
+            credentials_expiry(&props),
+            Some(UNIX_EPOCH + Duration::from_millis(1500))
+        );
+        let settings_only: HashMap<String, String> =
+            [("s3.endpoint".to_string(), "http://x".to_string())].into();
+        assert!(!has_vended_credentials(&settings_only));
+        assert_eq!(credentials_expiry(&settings_only), None);
+    }
 
     #[test]
     fn local_paths_become_file_urls() {

@@ -33,7 +33,7 @@ use crate::partition_spec::{check_table_spec, parse_spec};
 use crate::shred::infer::TypeHints;
 use crate::shred::{DecodeOptions, MessageError, Shredder, UnknownFields};
 use crate::stats::StatsSnapshot;
-use crate::storage::{build_file_io, check_bucket, file_io_props, location_url};
+use crate::storage::{build_file_io, check_bucket, file_io_props, location_url, table_file_io};
 
 /// One message of a batch, with the table it goes to when the host evaluated one.
 #[derive(Debug, Clone, Copy)]
@@ -98,7 +98,6 @@ type TableSlot = Arc<tokio::sync::Mutex<Option<Arc<TableHandle>>>>;
 pub struct Writer {
     config: Config,
     catalog: Arc<dyn Catalog>,
-    io_props: HashMap<String, String>,
     options: Arc<CommitterOptions>,
     tables: Mutex<HashMap<TableIdent, TableSlot>>,
 }
@@ -110,7 +109,7 @@ impl Writer {
     }
 
     /// Opens the catalog the config names (without touching any table yet).
-    pub async fn open(config: Config) -> Result<Self> {
+    pub async fn open(mut config: Config) -> Result<Self> {
         let io_props = file_io_props(&config.storage);
         let catalog: Arc<dyn Catalog> = match config.catalog_kind()? {
             CatalogKind::Rest { url } => {
@@ -128,6 +127,9 @@ impl Writer {
                 )?)
             }
         };
+        if !catalog.reads_delete_files() {
+            config.merge_strategy = Some(strategy_without_delete_files(config.merge_strategy)?);
+        }
         let commit = &config.commit;
         let options = Arc::new(CommitterOptions {
             max_retries: commit.max_retries,
@@ -147,11 +149,11 @@ impl Writer {
             parquet: config.parquet.clone(),
             callers: config.max_in_flight,
             stats: Arc::default(),
+            storage_props: io_props,
         });
         Ok(Writer {
             config,
             catalog,
-            io_props,
             options,
             tables: Mutex::new(HashMap::new()),
         })
@@ -707,9 +709,7 @@ impl Writer {
                 ));
             }
         };
-        let mut props = self.io_props.clone();
-        props.extend(table.io_props.clone());
-        let file_io = build_file_io(props);
+        let file_io = table_file_io(&self.options.storage_props, &table.io_props);
         // Refuse unsupported schemas when opening, not on the first batch.
         let shredder = Shredder::new(
             table.metadata.current_schema().clone(),
@@ -791,6 +791,20 @@ impl Writer {
                 },
             )
             .await
+    }
+}
+
+/// The upsert strategy for a catalog whose readers apply no delete files (Unity
+/// Catalog): copy-on-write, which such readers see correctly. A configured strategy that
+/// writes delete files is refused: its upserts and deletes would be invisible to them.
+fn strategy_without_delete_files(configured: Option<MergeStrategy>) -> Result<MergeStrategy> {
+    match configured {
+        None | Some(MergeStrategy::CopyOnWrite) => Ok(MergeStrategy::CopyOnWrite),
+        Some(other) => Err(Error::config(format!(
+            "merge_strategy: {} writes delete files, which Unity Catalog's readers do not \
+             apply; use copy-on-write there (or leave merge_strategy unset)",
+            other.name()
+        ))),
     }
 }
 
@@ -978,4 +992,28 @@ fn null_key(index: usize, op: RowOp, column: &str) -> Error {
             op.name()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalogs_that_read_no_delete_files_get_copy_on_write() {
+        assert_eq!(
+            strategy_without_delete_files(None).unwrap(),
+            MergeStrategy::CopyOnWrite
+        );
+        assert_eq!(
+            strategy_without_delete_files(Some(MergeStrategy::CopyOnWrite)).unwrap(),
+            MergeStrategy::CopyOnWrite
+        );
+        for delete_files in [
+            MergeStrategy::MergeOnRead,
+            MergeStrategy::MergeOnReadPositional,
+        ] {
+            let e = strategy_without_delete_files(Some(delete_files)).unwrap_err();
+            assert!(e.to_string().starts_with("merge_strategy: "), "{e}");
+        }
+    }
 }

@@ -16,8 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const CLIENT_ID: &str = "floe";
 const CLIENT_SECRET: &str = "client-SECRET-value";
-/// Advertised lifetime: floe refreshes 30 s before expiry, so after about 1 s.
-const TOKEN_SECONDS: u64 = 31;
+/// Advertised lifetime: floe refreshes half a short-lived token's life (at most 30 s)
+/// before it expires, so after 1.5 s.
+const TOKEN_SECONDS: u64 = 3;
 
 #[derive(Default)]
 struct FrontState {
@@ -25,6 +26,8 @@ struct FrontState {
     tokens: Vec<(String, Instant)>,
     issued: usize,
     refused: usize,
+    /// The `scope` of every token request.
+    scopes: Vec<Option<String>>,
     /// Every request's value of the `X-Floe-Test` header (`None` when missing).
     extra_headers: Vec<Option<String>>,
 }
@@ -100,6 +103,7 @@ async fn serve(
         }
         let token = {
             let mut s = state.lock().unwrap();
+            s.scopes.push(field("scope").map(str::to_string));
             s.issued += 1;
             let token = format!("tok-{}", s.issued);
             let expires = Instant::now() + Duration::from_secs(TOKEN_SECONDS);
@@ -171,14 +175,19 @@ fn tokens_are_checked_refreshed_before_expiry_and_after_a_401() {
     write(&rt, &writer, 1);
     let issued_first = front.state.lock().unwrap().issued;
     assert!(issued_first >= 1);
-    // Past the refresh point (31 s lifetime, refreshed 30 s early): a new token.
-    std::thread::sleep(Duration::from_millis(1_500));
+    // Past the refresh point (3 s lifetime, refreshed 1.5 s early) but before expiry: a
+    // new token, fetched before any call was refused.
+    std::thread::sleep(Duration::from_millis(2_000));
     write(&rt, &writer, 2);
-    let issued_after_expiry = front.state.lock().unwrap().issued;
+    let (issued_after_expiry, refused) = {
+        let s = front.state.lock().unwrap();
+        (s.issued, s.refused)
+    };
     assert!(
         issued_after_expiry > issued_first,
         "no refresh before expiry: {issued_first} → {issued_after_expiry} tokens"
     );
+    assert_eq!(refused, 0, "a call went out with an expired token");
     // The catalog forgets every token: the next call is refused once, floe fetches a new
     // token and the write goes through.
     front.revoke_all();
@@ -199,6 +208,11 @@ fn tokens_are_checked_refreshed_before_expiry_and_after_a_401() {
     );
     let distinct: HashSet<_> = s.extra_headers.iter().collect();
     assert_eq!(distinct.len(), 1);
+    assert!(
+        s.scopes.iter().all(|sc| sc.as_deref() == Some("catalog")),
+        "a token request lacked the configured scope: {:?}",
+        s.scopes
+    );
     println!(
         "{} catalog calls, {} tokens issued, {} refused",
         s.extra_headers.len(),

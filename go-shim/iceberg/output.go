@@ -69,6 +69,7 @@ func ConfigSpec() *service.ConfigSpec {
 				).Optional(),
 				service.NewStringMapField("headers").Default(def("catalog.headers")),
 				service.NewBoolField("tls_skip_verify").Default(def("catalog.tls_skip_verify")),
+				service.NewStringField("tls_root_cas_file").Optional().Description("A PEM file of CA certificates the catalog's certificate may chain to (a private CA), trusted beside the system's roots (`SSL_CERT_FILE` too) and the bundled Mozilla roots."),
 			).Default(map[string]any{}),
 			service.NewInterpolatedStringField(fNamespace).Description("Namespace; dots separate levels."),
 			service.NewInterpolatedStringField(fTable).Description("Table name."),

@@ -25,7 +25,7 @@ use crate::Result;
 pub type Refs = HashMap<String, SnapshotReference>;
 
 /// A table as the catalog last reported it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LoadedTable {
     pub ident: TableIdent,
     pub metadata_location: Option<String>,
@@ -34,6 +34,20 @@ pub struct LoadedTable {
     pub io_props: HashMap<String, String>,
     /// The metadata's refs, once known (see [`Self::refs`]).
     refs: OnceLock<Option<Refs>>,
+}
+
+/// Without the FileIO properties' values: vended credentials are among them.
+impl std::fmt::Debug for LoadedTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut props: Vec<&String> = self.io_props.keys().collect();
+        props.sort();
+        f.debug_struct("LoadedTable")
+            .field("ident", &self.ident)
+            .field("metadata_location", &self.metadata_location)
+            .field("metadata", &self.metadata)
+            .field("io_props (values redacted)", &props)
+            .finish()
+    }
 }
 
 impl LoadedTable {
@@ -91,6 +105,12 @@ pub trait Catalog: Send + Sync {
 
     /// Creates a table. If another writer created it first, loads and returns that one.
     async fn create_table(&self, ident: &TableIdent, table: NewTable) -> Result<LoadedTable>;
+
+    /// Whether the engines reading this catalog's tables apply v2 delete files. Unity
+    /// Catalog's do not, so upserts and deletes there must be copy-on-write.
+    fn reads_delete_files(&self) -> bool {
+        true
+    }
 
     /// Applies `updates` if every requirement holds, atomically. Fails with
     /// `ErrorKind::Conflict` when a requirement does not hold (nothing changed) and with

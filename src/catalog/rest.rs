@@ -33,7 +33,13 @@ pub struct RestCatalog {
     url: String,
     auth: Auth,
     warehouse: Option<String>,
+    /// Unity Catalog (by its endpoint's path): it refuses identifier-field ids when a
+    /// table is created, and its readers apply no delete files.
+    unity: bool,
 }
+
+/// The path of Unity Catalog's Iceberg REST endpoint (Databricks).
+const UNITY_PATH: &str = "/api/2.1/unity-catalog/iceberg-rest";
 
 enum Auth {
     None,
@@ -42,6 +48,7 @@ enum Auth {
     SigV4(Signer),
     OAuth2 {
         config: OAuth2Config,
+        /// The token, and when to fetch the next one (before it expires).
         token: Mutex<Option<(String, Instant)>>,
     },
 }
@@ -60,12 +67,53 @@ struct TokenResponse {
     expires_in: Option<u64>,
 }
 
+/// The CA certificates of `catalog.tls_root_cas_file`.
+pub(crate) fn root_cas(path: &str) -> Result<Vec<reqwest::Certificate>> {
+    let what = "catalog.tls_root_cas_file";
+    let pem = std::fs::read(path)
+        .map_err(|e| Error::config(format!("{what}: cannot read {path}: {e}")))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| Error::config(format!("{what}: {path} is not a PEM bundle: {e}")))?;
+    if certs.is_empty() {
+        return Err(Error::config(format!(
+            "{what}: {path} holds no PEM certificate"
+        )));
+    }
+    Ok(certs)
+}
+
+/// How long before an OAuth2 token expires floe fetches the next: 30 s, or half the
+/// life of short-lived tokens (a fresh token per call would double the calls).
+fn token_margin(lifetime: Duration) -> Duration {
+    (lifetime / 2).min(Duration::from_secs(30))
+}
+
 /// Namespace levels joined by the unit separator, as the REST spec asks, URL-encoded.
 fn encode_namespace(ns: &NamespaceIdent) -> String {
     let joined = ns.as_ref().join("\u{1f}");
     url::form_urlencoded::byte_serialize(joined.as_bytes())
         .collect::<String>()
         .replace('+', "%20")
+}
+
+/// The header that asks a catalog to vend storage credentials with each table it
+/// loads (catalogs that cannot ignore it, and floe uses the configured keys). A
+/// `catalog.headers` entry of the same name replaces it; an empty one removes it.
+const ACCESS_DELEGATION: &str = "x-iceberg-access-delegation";
+
+fn ask_for_vended_credentials(headers: &mut reqwest::header::HeaderMap) {
+    match headers.get(ACCESS_DELEGATION) {
+        None => {
+            headers.insert(
+                ACCESS_DELEGATION,
+                reqwest::header::HeaderValue::from_static("vended-credentials"),
+            );
+        }
+        Some(v) if v.is_empty() => {
+            headers.remove(ACCESS_DELEGATION);
+        }
+        Some(_) => {}
+    }
 }
 
 fn encode_segment(s: &str) -> String {
@@ -88,6 +136,7 @@ impl RestCatalog {
             })?;
             headers.insert(name, value);
         }
+        ask_for_vended_credentials(&mut headers);
         let secrets = Secrets::default();
         config.headers.values().for_each(|v| secrets.add(v));
         if let Some(token) = &config.auth.bearer {
@@ -102,7 +151,13 @@ impl RestCatalog {
         {
             secrets.add(&password);
         }
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let Some(path) = &config.tls_root_cas_file {
+            for ca in root_cas(path)? {
+                builder = builder.add_root_certificate(ca);
+            }
+        }
+        let http = builder
             .default_headers(headers)
             // A redirected commit would be answered by the GET that follows it: a table,
             // which reads as a successful commit. Redirects are errors instead.
@@ -137,7 +192,14 @@ impl RestCatalog {
             url: url.to_string(),
             auth,
             warehouse: config.warehouse.clone(),
+            unity: url.trim_end_matches('/').ends_with(UNITY_PATH),
         };
+        if catalog.unity {
+            tracing::info!(
+                "the catalog is Unity Catalog: tables are created without identifier-field ids \
+                 (floe upserts by identifier_fields), and upserts and deletes are copy-on-write"
+            );
+        }
         let mut path = format!("{url}/v1/config");
         if let Some(w) = &catalog.warehouse {
             path.push_str(&format!("?warehouse={}", encode_segment(w)));
@@ -163,9 +225,9 @@ impl RestCatalog {
             Auth::Bearer(t) => Ok(Some(t.clone())),
             Auth::OAuth2 { config, token } => {
                 let mut cached = token.lock().await;
-                if let Some((t, expires)) = cached.as_ref()
+                if let Some((t, refresh_at)) = cached.as_ref()
                     && !force_refresh
-                    && Instant::now() + Duration::from_secs(30) < *expires
+                    && Instant::now() < *refresh_at
                 {
                     return Ok(Some(t.clone()));
                 }
@@ -201,7 +263,10 @@ impl RestCatalog {
         let response = expect_ok(response, "OAuth2 token request").await?;
         let token: TokenResponse = parse_json(response, "OAuth2 token").await?;
         let lifetime = Duration::from_secs(token.expires_in.unwrap_or(3600));
-        Ok((token.access_token, Instant::now() + lifetime))
+        Ok((
+            token.access_token,
+            Instant::now() + lifetime - token_margin(lifetime),
+        ))
     }
 
     fn request(&self, method: Method, url: &str, token: Option<&str>) -> RequestBuilder {
@@ -264,11 +329,13 @@ impl RestCatalog {
         )
     }
 
-    fn loaded(ident: &TableIdent, r: LoadTableResult) -> LoadedTable {
-        let mut io_props = r.config;
-        for cred in r.storage_credentials.unwrap_or_default() {
-            io_props.extend(cred.config);
-        }
+    fn loaded(&self, ident: &TableIdent, r: LoadTableResult) -> LoadedTable {
+        let io_props = table_io_props(
+            r.config,
+            r.storage_credentials.unwrap_or_default(),
+            r.metadata.location(),
+        );
+        crate::storage::credential_values(&io_props).for_each(|v| self.secrets.add(v));
         LoadedTable::new(
             ident.clone(),
             r.metadata_location,
@@ -276,6 +343,74 @@ impl RestCatalog {
             io_props,
         )
     }
+}
+
+/// The FileIO properties of a loaded table: the answer's `config`, with the vended
+/// credentials whose prefix is the longest one the table's location starts with (the
+/// spec lets a catalog scope credentials to parts of the warehouse). floe writes only
+/// under the table's location, so one entry serves all its files.
+fn table_io_props(
+    mut config: HashMap<String, String>,
+    credentials: Vec<iceberg_catalog_rest::StorageCredential>,
+    location: &str,
+) -> HashMap<String, String> {
+    let offered = credentials.len();
+    let best = credentials
+        .into_iter()
+        .filter(|c| covers(&c.prefix, location))
+        .max_by_key(|c| c.prefix.len());
+    match best {
+        Some(c) => config.extend(c.config),
+        None if offered > 0 => tracing::warn!(
+            "the catalog vended {offered} storage credentials, none for the table's \
+             location {location}; using the configured storage credentials"
+        ),
+        None => {}
+    }
+    config
+}
+
+/// The properties floe asked for that a refusal names (a catalog's list of prohibited
+/// keys), longest first so that a key inside another is not taken for it.
+fn refused_properties(message: &str, asked: &HashMap<String, String>) -> Vec<String> {
+    let mut keys: Vec<&String> = asked.keys().collect();
+    keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    let mut rest = message.to_string();
+    let mut refused = Vec::new();
+    for key in keys {
+        if rest.contains(key.as_str()) {
+            rest = rest.replace(key.as_str(), "");
+            refused.push(key.clone());
+        }
+    }
+    refused.sort();
+    refused
+}
+
+/// The schema without identifier-field ids (its fields unchanged).
+fn without_identifier_fields(schema: &iceberg::spec::Schema) -> Result<iceberg::spec::Schema> {
+    iceberg::spec::Schema::builder()
+        .with_schema_id(schema.schema_id())
+        .with_fields(schema.as_struct().fields().iter().cloned())
+        .build()
+        .map_err(Error::from)
+}
+
+/// Whether credentials for `prefix` serve files under `location`: a whole path segment
+/// prefix (`s3://b/t` and `s3://b/t/` both cover `s3://b/t`, not `s3://b/tx`), with the
+/// s3a/s3n schemes read as s3.
+fn covers(prefix: &str, location: &str) -> bool {
+    if prefix.is_empty() {
+        return true;
+    }
+    let normal = |url: &str| {
+        let url = ["s3a://", "s3n://"]
+            .iter()
+            .find_map(|s| url.strip_prefix(s).map(|rest| format!("s3://{rest}")))
+            .unwrap_or_else(|| url.to_string());
+        format!("{}/", url.trim_end_matches('/'))
+    };
+    normal(location).starts_with(&normal(prefix))
 }
 
 /// The signer of `catalog.auth.aws_sigv4`, its secrets registered for redaction.
@@ -433,7 +568,11 @@ impl Catalog for RestCatalog {
     }
 
     async fn create_table(&self, ident: &TableIdent, table: NewTable) -> Result<LoadedTable> {
-        self.redacted(self.create(ident, table)).await
+        self.redacted(self.create_allowed(ident, table)).await
+    }
+
+    fn reads_delete_files(&self) -> bool {
+        !self.unity
     }
 
     async fn commit(
@@ -557,7 +696,7 @@ impl RestCatalog {
         }
         let response = expect_ok(response, &format!("load table {ident}")).await?;
         let result: LoadTableResult = parse_json(response, "load table").await?;
-        Ok(Some(Self::loaded(ident, result)))
+        Ok(Some(self.loaded(ident, result)))
     }
 
     async fn create_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
@@ -592,6 +731,31 @@ impl RestCatalog {
         }
     }
 
+    /// Creates a table the way the catalog accepts it: on Unity Catalog without
+    /// identifier-field ids; and when the catalog refuses properties floe set, naming them
+    /// (Unity's "prohibited keys"), once more without those, with a warning.
+    async fn create_allowed(&self, ident: &TableIdent, mut table: NewTable) -> Result<LoadedTable> {
+        if self.unity && table.schema.identifier_field_ids().next().is_some() {
+            table.schema = without_identifier_fields(&table.schema)?;
+        }
+        match self.create(ident, table.clone()).await {
+            Err(e) if e.kind() == ErrorKind::Rejected => {
+                let refused = refused_properties(e.message(), &table.properties);
+                if refused.is_empty() {
+                    return Err(e);
+                }
+                tracing::warn!(
+                    "the catalog refused the table properties {} when creating {ident}; \
+                     creating it without them",
+                    refused.join(", ")
+                );
+                table.properties.retain(|k, _| !refused.contains(k));
+                self.create(ident, table).await
+            }
+            other => other,
+        }
+    }
+
     async fn create(&self, ident: &TableIdent, table: NewTable) -> Result<LoadedTable> {
         let request = CreateTableRequest {
             name: ident.name().to_string(),
@@ -616,7 +780,7 @@ impl RestCatalog {
         match expect_ok(response, &format!("create table {ident}")).await {
             Ok(response) => {
                 let result: LoadTableResult = parse_json(response, "create table").await?;
-                Ok(Self::loaded(ident, result))
+                Ok(self.loaded(ident, result))
             }
             // As for namespaces: a concurrent creator may have won.
             Err(e) => match self.load(ident).await {
@@ -671,5 +835,75 @@ impl RestCatalog {
             ));
         }
         Err(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg_catalog_rest::StorageCredential;
+
+    fn credential(prefix: &str, key: &str) -> StorageCredential {
+        StorageCredential {
+            prefix: prefix.into(),
+            config: [("s3.access-key-id".to_string(), key.to_string())].into(),
+        }
+    }
+
+    #[test]
+    fn the_longest_prefix_of_the_table_location_picks_the_credentials() {
+        let config: HashMap<String, String> =
+            [("s3.endpoint".to_string(), "http://s3".to_string())].into();
+        let offered = vec![
+            credential("s3://lake/", "bucket-wide"),
+            credential("s3://lake/wh/ns/t", "table"),
+            credential("s3://other/", "elsewhere"),
+        ];
+        let props = table_io_props(config.clone(), offered, "s3://lake/wh/ns/t");
+        assert_eq!(props["s3.access-key-id"], "table");
+        assert_eq!(props["s3.endpoint"], "http://s3");
+        assert!(covers("s3://lake/wh/ns/t/", "s3://lake/wh/ns/t"));
+        assert!(covers("s3a://lake/wh", "s3://lake/wh/ns/t"));
+        assert!(!covers("s3://lake/wh/ns/t", "s3://lake/wh/ns/tx"));
+        assert!(covers("", "s3://lake/t"));
+        let none_fits = table_io_props(config, vec![credential("s3://other/", "x")], "s3://lake/t");
+        assert!(!none_fits.contains_key("s3.access-key-id"));
+    }
+
+    #[test]
+    fn refused_properties_are_those_the_refusal_names() {
+        let asked: HashMap<String, String> = [
+            "write.update.mode",
+            "write.metadata.delete-after-commit.enabled",
+            "write.metadata.delete-after-commit.enabled.x",
+        ]
+        .iter()
+        .map(|k| (k.to_string(), "v".to_string()))
+        .collect();
+        let message = "create table t: HTTP 400 Bad Request: Table properties \
+                       ['write.metadata.delete-after-commit.enabled'] are prohibited";
+        assert_eq!(
+            refused_properties(message, &asked),
+            vec!["write.metadata.delete-after-commit.enabled".to_string()]
+        );
+        assert!(refused_properties("Invalid schema", &asked).is_empty());
+    }
+
+    #[test]
+    fn vended_credentials_are_asked_for_unless_the_config_says_otherwise() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        ask_for_vended_credentials(&mut headers);
+        assert_eq!(headers[ACCESS_DELEGATION], "vended-credentials");
+        let mut own = reqwest::header::HeaderMap::new();
+        own.insert(
+            "X-Iceberg-Access-Delegation",
+            "remote-signing".parse().unwrap(),
+        );
+        ask_for_vended_credentials(&mut own);
+        assert_eq!(own[ACCESS_DELEGATION], "remote-signing");
+        let mut off = reqwest::header::HeaderMap::new();
+        off.insert("X-Iceberg-Access-Delegation", "".parse().unwrap());
+        ask_for_vended_credentials(&mut off);
+        assert!(off.get(ACCESS_DELEGATION).is_none());
     }
 }

@@ -15,6 +15,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::rowops::resolve::resolve_group;
 use crate::write::{write_data_files, write_equality_delete_files};
 
+use super::credentials::Refusals;
 use super::schedule::Pace;
 use super::schedule::{Gathering, Plan, collect};
 use super::{CommitterOptions, EncodedGroup, Pending, TableView, fail_all, finish};
@@ -26,6 +27,7 @@ pub(super) async fn encode_loop(
     pace: Arc<Mutex<Pace>>,
     mut commits_done: watch::Receiver<u64>,
     options: Arc<CommitterOptions>,
+    refusals: Refusals,
 ) {
     let mut carry = None;
     loop {
@@ -118,7 +120,10 @@ pub(super) async fn encode_loop(
                 };
                 slot.send(group);
             }
-            Err(e) => fail_all(fresh, &e.context("writing data files")),
+            Err(e) => {
+                refusals.note(&e);
+                fail_all(fresh, &e.context("writing data files"));
+            }
         }
     }
 }

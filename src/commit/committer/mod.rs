@@ -22,8 +22,10 @@
 //! - `encode`: writing a group's rows as data files (and equality deletes);
 //! - `stage`: committing ready groups, retries, expiry;
 //! - `ledger`: exactly-once claims;
-//! - `view`: what the committer knows of its table, and which upsert strategy it takes.
+//! - `view`: what the committer knows of its table, and which upsert strategy it takes;
+//! - `credentials`: keeping the table's vended storage credentials fresh.
 
+mod credentials;
 mod encode;
 mod ledger;
 mod schedule;
@@ -78,6 +80,8 @@ pub struct CommitterOptions {
     pub callers: Option<usize>,
     /// The writer's counters, which every table's commit stage adds to.
     pub stats: Arc<WriterStats>,
+    /// FileIO properties from the `storage` config; a catalog's vended ones go on top.
+    pub storage_props: std::collections::HashMap<String, String>,
 }
 
 /// Rows handed to the committer by one write call.
@@ -145,6 +149,11 @@ impl TableCommitter {
         // stages without encoding far ahead of what the catalog accepts.
         let (encoded_tx, encoded_rx) = mpsc::channel(1);
         let (view_tx, view_rx) = watch::channel(Arc::new(view));
+        let refusals = credentials::start_refresher(
+            catalog.clone(),
+            view_tx.clone(),
+            options.storage_props.clone(),
+        );
         let pace = Arc::new(Mutex::new(Pace::default()));
         let (commits_done, commits_done_rx) = watch::channel(0u64);
         tokio::spawn(encode_loop(
@@ -154,6 +163,7 @@ impl TableCommitter {
             pace.clone(),
             commits_done_rx,
             options.clone(),
+            refusals.clone(),
         ));
         tokio::spawn(
             CommitStage {
@@ -168,6 +178,7 @@ impl TableCommitter {
                 pace,
                 loaded_at: std::time::Instant::now(),
                 commits_done,
+                refusals,
             }
             .run(encoded_rx),
         );

@@ -236,6 +236,7 @@ mod tests {
             callers: None,
             stats: Arc::default(),
             parquet: ParquetConfig::default(),
+            storage_props: Default::default(),
         }
     }
 

@@ -11,6 +11,7 @@ use iceberg::TableIdent;
 use iceberg::spec::DataFile;
 use tokio::sync::{mpsc, watch};
 
+use super::credentials::Refusals;
 use super::schedule::Pace;
 use super::view::publish_table;
 use super::{Committed, CommitterOptions, EncodedGroup, Ledger, TableView, fail_all, finish};
@@ -142,6 +143,8 @@ pub(super) struct CommitStage {
     pub(super) loaded_at: Instant,
     /// Counts finished commits; the encoder waits on it when gathering.
     pub(super) commits_done: watch::Sender<u64>,
+    /// Storage failures that may call for fresh vended credentials go here.
+    pub(super) refusals: Refusals,
 }
 
 impl CommitStage {
@@ -283,6 +286,7 @@ impl CommitStage {
                 }
             }
             Err(e) => {
+                self.refusals.note(&e);
                 if self.options.cleanup_on_failure && !outcome.maybe_committed {
                     let files: Vec<DataFile> = changes
                         .data_files
@@ -445,6 +449,7 @@ impl CommitStage {
                 // spec is for the caller: its rows are shredded again.)
                 Err(e) if e.kind() == ErrorKind::Unavailable => {
                     tracing::debug!("commit attempt {} to {ident}: {e}", attempt + 1);
+                    self.refusals.note(&e);
                     transient += 1;
                     last_error = Some(e);
                     continue;

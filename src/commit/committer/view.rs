@@ -77,6 +77,19 @@ impl TableView {
     pub fn schema_id(&self) -> i32 {
         self.table.metadata.current_schema_id()
     }
+
+    /// The same view reading and writing files through `file_io` (fresh credentials).
+    pub fn with_file_io(&self, file_io: FileIO) -> TableView {
+        TableView {
+            table: self.table.clone(),
+            file_io,
+            settings: self.settings.clone(),
+            merge: self.merge,
+            keys: self.keys.clone(),
+            key_problem: self.key_problem.clone(),
+            strategy: self.strategy,
+        }
+    }
 }
 
 /// The strategy for a table: the configured one, else the table's write modes, else
@@ -233,5 +246,11 @@ pub(super) fn publish_table(
             }
         }
     };
-    view.send_replace(Arc::new(next));
+    // The refresher of vended credentials may have swapped the FileIO since `current`
+    // was read: keep the newest one, under the watch's lock.
+    view.send_modify(|newest| {
+        let mut next = next;
+        next.file_io = newest.file_io.clone();
+        *newest = Arc::new(next);
+    });
 }
