@@ -83,6 +83,71 @@ def weed_binary() -> str:
     return weed
 
 
+FAKE_GCS = "github.com/fsouza/fake-gcs-server@v1.56.1"
+
+
+def fake_gcs_binary() -> str:
+    """fake-gcs-server, built once from the Go module proxy into .e2e/bin."""
+    bindir = os.path.join(STATE, "bin")
+    binary = os.path.join(bindir, "fake-gcs-server")
+    version_file = binary + ".version"
+    current = open(version_file).read() if os.path.exists(version_file) else ""
+    if not os.path.exists(binary) or current != FAKE_GCS:
+        os.makedirs(bindir, exist_ok=True)
+        subprocess.check_call(["go", "install", FAKE_GCS],
+                              env={**os.environ, "GOBIN": bindir, "GOFLAGS": "-mod=mod"})
+        with open(version_file, "w") as f:
+            f.write(FAKE_GCS)
+    return binary
+
+
+class FakeGcs:
+    """Google Cloud Storage's JSON API on 127.0.0.1 (fake-gcs-server, in memory), with
+    one bucket; stopped by PID.
+
+        with FakeGcs("floe-gcs") as gcs:
+            gcs.endpoint  # http://127.0.0.1:<port>
+    """
+
+    def __init__(self, bucket):
+        self.bucket = bucket
+        self.proc = None
+
+    def __enter__(self):
+        os.makedirs(STATE, exist_ok=True)
+        port = free_port()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.log = tempfile.NamedTemporaryFile(prefix="fake-gcs-", suffix=".log", dir=STATE, delete=False).name
+        self.proc = subprocess.Popen(
+            [fake_gcs_binary(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+             "-backend", "memory", "-public-host", f"127.0.0.1:{port}",
+             "-external-url", self.endpoint, "-log-level", "warn"],
+            stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=die_with_parent)
+        try:
+            wait_http(self.endpoint + "/storage/v1/b", 60, self.proc, self.log)
+            body = json.dumps({"name": self.bucket}).encode()
+            request = urllib.request.Request(f"{self.endpoint}/storage/v1/b?project=floe-test",
+                                             data=body, method="POST",
+                                             headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(request, timeout=10).read()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if self.log and os.path.exists(self.log):
+            os.unlink(self.log)
+
+
 def wait_http(url: str, timeout: float, proc: subprocess.Popen, log: str):
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -83,8 +83,8 @@ def test_lint_and_start_up_print_the_same_problems(tmp_path):
       container: c
 """, 1))
     problems = [
-        "storage.azure_blob_storage: Azure storage is not supported by floe yet",
         "commit.max_snapshots must be greater than 0",
+        'catalog.warehouse: storage.azure_blob_storage.container is "c"',
     ]
     lint = subprocess.run([FLOE, "lint", str(cfg)], capture_output=True, text=True, timeout=60)
     assert lint.returncode != 0

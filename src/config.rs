@@ -254,6 +254,94 @@ impl std::fmt::Debug for OAuth2Config {
 #[serde(deny_unknown_fields)]
 pub struct StorageConfig {
     pub aws_s3: Option<S3Config>,
+    pub gcp_cloud_storage: Option<GcsConfig>,
+    pub azure_blob_storage: Option<AzureConfig>,
+}
+
+/// Google Cloud Storage (`gs://` locations).
+#[derive(Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GcsConfig {
+    /// Tables must be in this bucket (as `storage.aws_s3.bucket`).
+    #[serde(default, deserialize_with = "non_empty")]
+    pub bucket: Option<String>,
+    /// The JSON API's address (an emulator, a private endpoint); Google's by default.
+    #[serde(default, deserialize_with = "non_empty")]
+    pub endpoint: Option<String>,
+    /// How floe authenticates; inferred from the fields below when unset.
+    #[serde(default)]
+    pub credentials_type: Option<GcsCredentialsType>,
+    /// A service account key file (JSON).
+    #[serde(default, deserialize_with = "non_empty")]
+    pub credentials_file: Option<String>,
+    /// A service account key (JSON, or base64 of it).
+    #[serde(default, deserialize_with = "non_empty")]
+    pub credentials_json: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GcsCredentialsType {
+    /// Google's application default credentials: `GOOGLE_APPLICATION_CREDENTIALS`,
+    /// gcloud's configuration, then the VM's metadata server.
+    ApplicationDefault,
+    /// The key in `credentials_file` or `credentials_json`.
+    ServiceAccount,
+    /// No credentials (an emulator, or a public bucket).
+    None,
+}
+
+impl std::fmt::Debug for GcsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GcsConfig")
+            .field("bucket", &self.bucket)
+            .field("endpoint", &self.endpoint)
+            .field("credentials_type", &self.credentials_type)
+            .field("credentials_file", &self.credentials_file)
+            .field(
+                "credentials_json",
+                &self.credentials_json.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+/// Azure Data Lake Storage Gen2 (`abfss://container@account.dfs.core.windows.net/…`).
+#[derive(Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AzureConfig {
+    #[serde(default, deserialize_with = "non_empty")]
+    pub storage_account: Option<String>,
+    /// Tables must be in this container (as `storage.aws_s3.bucket`).
+    #[serde(default, deserialize_with = "non_empty")]
+    pub container: Option<String>,
+    /// Only the account's own DFS endpoint (`https://<account>.dfs.core.windows.net`) is
+    /// accepted: floe's Azure storage takes the endpoint from each `abfss://` location.
+    #[serde(default, deserialize_with = "non_empty")]
+    pub endpoint: Option<String>,
+    #[serde(default, deserialize_with = "non_empty")]
+    pub storage_sas_token: Option<String>,
+    #[serde(default, deserialize_with = "non_empty")]
+    pub storage_connection_string: Option<String>,
+    #[serde(default, deserialize_with = "non_empty")]
+    pub storage_access_key: Option<String>,
+}
+
+impl std::fmt::Debug for AzureConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secret = |v: &Option<String>| v.as_ref().map(|_| "<redacted>");
+        f.debug_struct("AzureConfig")
+            .field("storage_account", &self.storage_account)
+            .field("container", &self.container)
+            .field("endpoint", &self.endpoint)
+            .field("storage_sas_token", &secret(&self.storage_sas_token))
+            .field(
+                "storage_connection_string",
+                &secret(&self.storage_connection_string),
+            )
+            .field("storage_access_key", &secret(&self.storage_access_key))
+            .finish()
+    }
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -650,26 +738,6 @@ fn json_or_text<'de, D: serde::Deserializer<'de>>(
     }
 }
 
-/// Removes the fields of [`UNSUPPORTED_FIELDS`] that a config sets (to anything but
-/// null), returning one problem per field.
-fn take_unsupported(tree: &mut serde_json::Value) -> Vec<String> {
-    let mut problems = Vec::new();
-    for (path, why) in UNSUPPORTED_FIELDS {
-        let (parent, leaf) = path.rsplit_once('.').unwrap_or(("", path));
-        let parent = parent
-            .split('.')
-            .filter(|p| !p.is_empty())
-            .try_fold(&mut *tree, |node, key| node.get_mut(key));
-        if let Some(serde_json::Value::Object(fields)) = parent
-            && let Some(value) = fields.remove(leaf)
-            && !value.is_null()
-        {
-            problems.push(format!("{path}: {why}"));
-        }
-    }
-    problems
-}
-
 /// A type error with the path of the field at fault (`commit.max_retries: invalid
 /// value: integer `-1`, expected u32`). A secret field's error never quotes the value
 /// it was given.
@@ -689,13 +757,17 @@ fn describe_type_error(e: &serde_path_to_error::Error<serde_json::Error>) -> Str
 
 /// Fields whose values are secrets (header values are often `Authorization`).
 fn is_secret_path(path: &str) -> bool {
-    const SECRETS: [&str; 6] = [
+    const SECRETS: [&str; 10] = [
         "catalog.auth.bearer",
         "catalog.auth.oauth2.client_secret",
         "catalog.auth.aws_sigv4.credentials.secret",
         "catalog.auth.aws_sigv4.credentials.token",
         "storage.aws_s3.credentials.secret",
         "storage.aws_s3.credentials.token",
+        "storage.gcp_cloud_storage.credentials_json",
+        "storage.azure_blob_storage.storage_sas_token",
+        "storage.azure_blob_storage.storage_connection_string",
+        "storage.azure_blob_storage.storage_access_key",
     ];
     SECRETS.contains(&path) || path.starts_with("catalog.headers")
 }
@@ -706,6 +778,8 @@ fn holds_secrets(path: &str) -> bool {
         "catalog.auth",
         "storage.aws_s3.credentials",
         "storage.aws_s3",
+        "storage.gcp_cloud_storage",
+        "storage.azure_blob_storage",
     ]
     .iter()
     .any(|section| path == *section || path.starts_with(&format!("{section}.")))
@@ -733,20 +807,6 @@ pub enum CatalogKind {
     Embedded { database: PathBuf },
 }
 
-/// Fields of the config surface users already know (CONFIG-COMPAT.md) that floe refuses
-/// for now, with the reason. Start-up and `floe lint` (the Go output's lint rule calls
-/// [`Config::problems`]) both read this one table, so they say the same.
-pub const UNSUPPORTED_FIELDS: &[(&str, &str)] = &[
-    (
-        "storage.gcp_cloud_storage",
-        "GCS storage is not supported by floe yet",
-    ),
-    (
-        "storage.azure_blob_storage",
-        "Azure storage is not supported by floe yet",
-    ),
-];
-
 impl Config {
     /// Parses and validates a config; the error lists every problem (see [`Self::problems`]).
     pub fn from_json(text: &str) -> Result<Self> {
@@ -762,9 +822,9 @@ impl Config {
     }
 
     fn parse(text: &str) -> std::result::Result<Self, Vec<String>> {
-        let mut tree: serde_json::Value =
+        let tree: serde_json::Value =
             serde_json::from_str(text).map_err(|e| vec![format!("the config is not JSON: {e}")])?;
-        let mut problems = take_unsupported(&mut tree);
+        let mut problems = Vec::new();
         match serde_path_to_error::deserialize::<_, Config>(tree) {
             Ok(config) => {
                 problems.extend(config.invalid_values());
@@ -889,6 +949,9 @@ impl Config {
             problems.push(format!("identifier_fields: {name:?} is not a column name"));
         }
         problems.extend(self.schema_evolution.problems(self.case_sensitive_columns));
+        if let Err(e) = crate::storage::file_io_props(&self.storage) {
+            problems.push(e.message().to_string());
+        }
         if let Ok(CatalogKind::Embedded { .. }) = self.catalog_kind() {
             let warehouse = crate::storage::location_url(self.warehouse_or_default())
                 .and_then(|w| crate::storage::check_bucket(&self.storage, &w));
@@ -1033,14 +1096,15 @@ mod tests {
     fn problems_name_their_fields_and_are_all_reported() {
         let problems = Config::problems(
             r#"{"catalog": {"auth": {"aws_sigv4": {"region": "x", "credentials": {"id": "", "secret": "s"}}}},
-                "storage": {"azure_blob_storage": {"container": "c"}},
-                "commit": {"max_retries": -1}}"#,
+                "storage": {"gcp_cloud_storage": {"credentials_type": "service_account"}},
+                "commit": {"max_snapshots": 0}}"#,
         );
         assert_eq!(
             problems,
             [
-                "storage.azure_blob_storage: Azure storage is not supported by floe yet",
-                "commit.max_retries: invalid value: integer `-1`, expected u32",
+                "commit.max_snapshots must be greater than 0",
+                "catalog.auth.aws_sigv4.credentials: id and secret must both be set (leave credentials out to use the environment or ~/.aws/credentials)",
+                "storage.gcp_cloud_storage.credentials_type: service_account needs credentials_file or credentials_json",
             ]
         );
         let problems = Config::problems(r#"{"commit": {"max_group_rows": 0, "linger": "soon"}}"#);

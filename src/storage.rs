@@ -10,12 +10,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use iceberg::io::{FileIO, FileIOBuilder};
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
-use crate::config::StorageConfig;
+use crate::config::{AzureConfig, GcsConfig, GcsCredentialsType, StorageConfig};
 
 /// FileIO properties for the configured storage. Catalog-supplied properties (e.g.
 /// vended credentials from a REST `LoadTableResult`) are layered on top by the caller.
-pub fn file_io_props(storage: &StorageConfig) -> HashMap<String, String> {
+/// Fails (naming the field) for credentials that cannot be read.
+pub fn file_io_props(storage: &StorageConfig) -> crate::Result<HashMap<String, String>> {
     let mut props = HashMap::new();
+    if let Some(gcs) = &storage.gcp_cloud_storage {
+        props.extend(gcs_props(gcs)?);
+    }
+    if let Some(azure) = &storage.azure_blob_storage {
+        props.extend(azure_props(azure)?);
+    }
     if let Some(s3) = &storage.aws_s3 {
         if let Some(endpoint) = &s3.endpoint {
             props.insert("s3.endpoint".into(), endpoint.clone());
@@ -34,7 +41,143 @@ pub fn file_io_props(storage: &StorageConfig) -> HashMap<String, String> {
             }
         }
     }
-    props
+    Ok(props)
+}
+
+/// `storage.gcp_cloud_storage` as Iceberg's `gcs.*` FileIO properties. opendal takes a
+/// service account key only base64-encoded (and ignores anything else without a word),
+/// so floe reads and encodes it here, refusing what is not a JSON key.
+fn gcs_props(gcs: &GcsConfig) -> crate::Result<HashMap<String, String>> {
+    let mut props = HashMap::new();
+    if let Some(endpoint) = &gcs.endpoint {
+        props.insert(
+            "gcs.service.path".into(),
+            endpoint.trim_end_matches('/').into(),
+        );
+    }
+    let key_given = gcs.credentials_file.is_some() || gcs.credentials_json.is_some();
+    let kind = gcs.credentials_type.unwrap_or(match key_given {
+        true => GcsCredentialsType::ServiceAccount,
+        false => GcsCredentialsType::ApplicationDefault,
+    });
+    let field = "storage.gcp_cloud_storage";
+    match kind {
+        GcsCredentialsType::ServiceAccount => {
+            let key = match (&gcs.credentials_file, &gcs.credentials_json) {
+                (Some(path), None) => std::fs::read_to_string(path).map_err(|e| {
+                    crate::Error::config(format!(
+                        "{field}.credentials_file: cannot read {path}: {e}"
+                    ))
+                })?,
+                (None, Some(json)) => json.clone(),
+                (None, None) => {
+                    return Err(crate::Error::config(format!(
+                        "{field}.credentials_type: service_account needs credentials_file or \
+                         credentials_json"
+                    )));
+                }
+                (Some(_), Some(_)) => {
+                    return Err(crate::Error::config(format!(
+                        "{field}: set one of credentials_file and credentials_json"
+                    )));
+                }
+            };
+            props.insert("gcs.credentials-json".into(), encoded_gcs_key(&key)?);
+        }
+        _ if key_given => {
+            return Err(crate::Error::config(format!(
+                "{field}: credentials_file / credentials_json are only used with \
+                 credentials_type: service_account"
+            )));
+        }
+        GcsCredentialsType::None => {
+            props.insert("gcs.no-auth".into(), "true".into());
+        }
+        GcsCredentialsType::ApplicationDefault => {}
+    }
+    Ok(props)
+}
+
+/// A service account key, as JSON or base64 of JSON, base64-encoded.
+fn encoded_gcs_key(key: &str) -> crate::Result<String> {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let is_key = |bytes: &[u8]| {
+        serde_json::from_slice::<serde_json::Value>(bytes)
+            .is_ok_and(|v| v.get("type").is_some_and(|t| t.is_string()))
+    };
+    let trimmed = key.trim();
+    if is_key(trimmed.as_bytes()) {
+        return Ok(engine.encode(trimmed));
+    }
+    match engine.decode(trimmed) {
+        Ok(bytes) if is_key(&bytes) => Ok(trimmed.to_string()),
+        // The key's text is a secret: not quoted.
+        _ => Err(crate::Error::config(
+            "storage.gcp_cloud_storage: the service account key is not a JSON key file \
+             (an object with a \"type\"), nor base64 of one",
+        )),
+    }
+}
+
+/// `storage.azure_blob_storage` as Iceberg's `adls.*` FileIO properties. A connection
+/// string is split into its account, key and SAS token (iceberg's Azure storage takes
+/// none whole); endpoints other than the account's DFS endpoint are refused, since the
+/// endpoint is taken from each `abfss://` location.
+fn azure_props(azure: &AzureConfig) -> crate::Result<HashMap<String, String>> {
+    let field = "storage.azure_blob_storage";
+    let mut account = azure.storage_account.clone();
+    let mut key = azure.storage_access_key.clone();
+    let mut sas = azure.storage_sas_token.clone();
+    if let Some(text) = &azure.storage_connection_string {
+        for part in text.split(';').filter(|p| !p.trim().is_empty()) {
+            let (name, value) = part.split_once('=').ok_or_else(|| {
+                crate::Error::config(format!(
+                    "{field}.storage_connection_string: expected Name=value parts separated by ;"
+                ))
+            })?;
+            match name.trim() {
+                "AccountName" => account = account.or(Some(value.to_string())),
+                "AccountKey" => key = key.or(Some(value.to_string())),
+                "SharedAccessSignature" => sas = sas.or(Some(value.to_string())),
+                "DefaultEndpointsProtocol" | "EndpointSuffix" => {}
+                other => {
+                    return Err(crate::Error::config(format!(
+                        "{field}.storage_connection_string: {other} is not supported (floe \
+                         takes the endpoint from each abfss:// location)"
+                    )));
+                }
+            }
+        }
+    }
+    if let (Some(endpoint), Some(account)) = (&azure.endpoint, &account) {
+        let own = format!("https://{account}.dfs.");
+        if !endpoint.starts_with(&own) {
+            return Err(crate::Error::config(format!(
+                "{field}.endpoint: only the account's DFS endpoint ({own}<suffix>) is supported; \
+                 floe's Azure storage (opendal's ADLS Gen2 service) takes the endpoint from \
+                 each abfss:// location, so emulators such as Azurite cannot be used"
+            )));
+        }
+    } else if azure.endpoint.is_some() {
+        return Err(crate::Error::config(format!(
+            "{field}.endpoint: needs storage_account"
+        )));
+    }
+    let mut props = HashMap::new();
+    if let Some(account) = account {
+        props.insert("adls.account-name".into(), account);
+    }
+    if let Some(key) = key {
+        props.insert("adls.account-key".into(), key);
+    }
+    if let Some(sas) = sas {
+        props.insert(
+            "adls.sas-token".into(),
+            sas.trim_start_matches('?').to_string(),
+        );
+    }
+    Ok(props)
 }
 
 pub fn build_file_io(props: HashMap<String, String>) -> FileIO {
@@ -187,21 +330,82 @@ mod tests {
 /// says where the data goes, so a table (or warehouse) elsewhere is refused instead of
 /// the setting being ignored.
 pub fn check_bucket(storage: &crate::config::StorageConfig, location: &str) -> crate::Result<()> {
-    let Some(bucket) = storage.aws_s3.as_ref().and_then(|s3| s3.bucket.as_deref()) else {
-        return Ok(());
-    };
-    let in_bucket = ["s3://", "s3a://", "s3n://"].iter().any(|scheme| {
-        location
-            .strip_prefix(scheme)
-            .is_some_and(|rest| rest.split('/').next() == Some(bucket))
-    });
-    if in_bucket {
+    let wanted = required_places(storage);
+    if wanted.is_empty() || wanted.iter().any(|place| place.holds(location)) {
         return Ok(());
     }
+    let place = &wanted[0];
     Err(crate::Error::config(format!(
-        "storage.aws_s3.bucket is {bucket:?}, but the table's location is {location}; point the \
-         catalog (or catalog.warehouse: s3://{bucket}/…) at that bucket, or remove the setting"
+        "{} is {:?}, but the table's location is {location}; point the catalog (or \
+         catalog.warehouse: {}) there, or remove the setting",
+        place.field, place.name, place.example
     )))
+}
+
+/// A bucket or container the config says tables must be in.
+struct RequiredPlace<'a> {
+    field: &'static str,
+    name: &'a str,
+    schemes: &'static [&'static str],
+    /// The bucket or container of a location, after its scheme.
+    place_of: fn(&str) -> Option<&str>,
+    example: String,
+}
+
+impl RequiredPlace<'_> {
+    fn holds(&self, location: &str) -> bool {
+        self.schemes.iter().any(|scheme| {
+            location
+                .strip_prefix(scheme)
+                .is_some_and(|rest| (self.place_of)(rest) == Some(self.name))
+        })
+    }
+}
+
+fn required_places(storage: &crate::config::StorageConfig) -> Vec<RequiredPlace<'_>> {
+    fn bucket(rest: &str) -> Option<&str> {
+        rest.split('/').next()
+    }
+    fn container(rest: &str) -> Option<&str> {
+        rest.split_once('@').map(|(c, _)| c)
+    }
+    let mut wanted = Vec::new();
+    if let Some(b) = storage.aws_s3.as_ref().and_then(|s| s.bucket.as_deref()) {
+        wanted.push(RequiredPlace {
+            field: "storage.aws_s3.bucket",
+            name: b,
+            schemes: &["s3://", "s3a://", "s3n://"],
+            place_of: bucket,
+            example: format!("s3://{b}/…"),
+        });
+    }
+    if let Some(b) = storage
+        .gcp_cloud_storage
+        .as_ref()
+        .and_then(|g| g.bucket.as_deref())
+    {
+        wanted.push(RequiredPlace {
+            field: "storage.gcp_cloud_storage.bucket",
+            name: b,
+            schemes: &["gs://"],
+            place_of: bucket,
+            example: format!("gs://{b}/…"),
+        });
+    }
+    if let Some(c) = storage
+        .azure_blob_storage
+        .as_ref()
+        .and_then(|a| a.container.as_deref())
+    {
+        wanted.push(RequiredPlace {
+            field: "storage.azure_blob_storage.container",
+            name: c,
+            schemes: &["abfss://", "abfs://"],
+            place_of: container,
+            example: format!("abfss://{c}@<account>.dfs.core.windows.net/…"),
+        });
+    }
+    wanted
 }
 
 #[cfg(test)]
@@ -232,5 +436,98 @@ mod bucket_tests {
             problems[0].starts_with("catalog.warehouse: storage.aws_s3.bucket is \"lake\""),
             "{problems:?}"
         );
+    }
+}
+
+#[cfg(test)]
+mod cloud_tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn storage(json: &str) -> crate::Result<HashMap<String, String>> {
+        let config = Config::from_json(&format!(
+            r#"{{"catalog": {{"url": "http://127.0.0.1:1"}}, "storage": {json}}}"#
+        ))?;
+        file_io_props(&config.storage)
+    }
+
+    #[test]
+    fn gcs_settings_become_iceberg_properties() {
+        let none = storage(
+            r#"{"gcp_cloud_storage": {"endpoint": "http://127.0.0.1:4443/", "credentials_type": "none"}}"#,
+        )
+        .unwrap();
+        assert_eq!(none["gcs.service.path"], "http://127.0.0.1:4443");
+        assert_eq!(none["gcs.no-auth"], "true");
+        // A key is handed to opendal base64-encoded, whether given as JSON or base64.
+        use base64::Engine;
+        let key = r#"{"type": "service_account", "client_email": "a@b"}"#;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(key);
+        for given in [key.to_string(), encoded.clone()] {
+            let text = serde_json::json!({"gcp_cloud_storage": {"credentials_json": given}});
+            let props = storage(&text.to_string()).unwrap();
+            assert_eq!(props["gcs.credentials-json"], encoded);
+        }
+        let defaults = storage(r#"{"gcp_cloud_storage": {"bucket": "b"}}"#).unwrap();
+        assert!(defaults.is_empty(), "{defaults:?}");
+        let e = storage(r#"{"gcp_cloud_storage": {"credentials_json": "SECRET-text"}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a JSON key") && !e.contains("SECRET"), "{e}");
+        let e = storage(r#"{"gcp_cloud_storage": {"credentials_type": "service_account"}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("needs credentials_file or credentials_json"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn azure_settings_and_connection_strings_become_iceberg_properties() {
+        let props = storage(
+            r#"{"azure_blob_storage": {"storage_account": "acct", "storage_access_key": "KEY1", "storage_sas_token": "?sv=1&sig=x"}}"#,
+        )
+        .unwrap();
+        assert_eq!(props["adls.account-name"], "acct");
+        assert_eq!(props["adls.account-key"], "KEY1");
+        assert_eq!(props["adls.sas-token"], "sv=1&sig=x");
+        let from_string = storage(
+            r#"{"azure_blob_storage": {"storage_connection_string": "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=S2V5PT0=;EndpointSuffix=core.windows.net"}}"#,
+        )
+        .unwrap();
+        assert_eq!(from_string["adls.account-name"], "acct");
+        assert_eq!(from_string["adls.account-key"], "S2V5PT0=");
+        let e = storage(
+            r#"{"azure_blob_storage": {"storage_connection_string": "AccountName=devstoreaccount1;AccountKey=k;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1"}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("BlobEndpoint is not supported"), "{e}");
+        let e = storage(
+            r#"{"azure_blob_storage": {"storage_account": "devstoreaccount1", "endpoint": "http://127.0.0.1:10000/devstoreaccount1"}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("Azurite cannot be used"), "{e}");
+        assert!(
+            storage(
+                r#"{"azure_blob_storage": {"storage_account": "acct", "endpoint": "https://acct.dfs.core.windows.net"}}"#
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn tables_must_be_in_the_configured_bucket_or_container() {
+        let config = Config::from_json(
+            r#"{"catalog": {"url": "http://127.0.0.1:1"}, "storage": {"gcp_cloud_storage": {"bucket": "g"}, "azure_blob_storage": {"container": "c"}}}"#,
+        )
+        .unwrap();
+        assert!(check_bucket(&config.storage, "gs://g/wh/t").is_ok());
+        assert!(check_bucket(&config.storage, "abfss://c@acct.dfs.core.windows.net/t").is_ok());
+        let e = check_bucket(&config.storage, "gs://other/t").unwrap_err();
+        assert!(e.to_string().contains("gcp_cloud_storage.bucket"), "{e}");
+        assert!(check_bucket(&config.storage, "abfss://d@acct.dfs.core.windows.net/t").is_err());
     }
 }

@@ -110,7 +110,7 @@ impl Writer {
 
     /// Opens the catalog the config names (without touching any table yet).
     pub async fn open(mut config: Config) -> Result<Self> {
-        let io_props = file_io_props(&config.storage);
+        let io_props = file_io_props(&config.storage)?;
         let catalog: Arc<dyn Catalog> = match config.catalog_kind()? {
             CatalogKind::Rest { url } => {
                 Arc::new(RestCatalog::connect(&url, &config.catalog).await?)
@@ -127,8 +127,10 @@ impl Writer {
                 )?)
             }
         };
-        if !catalog.reads_delete_files() {
-            config.merge_strategy = Some(strategy_without_delete_files(config.merge_strategy)?);
+        let reads_delete_files = catalog.reads_delete_files();
+        if !reads_delete_files {
+            strategy_without_delete_files(config.merge_strategy)?;
+            key_from_static_schema(&mut config)?;
         }
         let commit = &config.commit;
         let options = Arc::new(CommitterOptions {
@@ -146,6 +148,7 @@ impl Writer {
             writer_id: commit.exactly_once.as_ref().map(|e| e.writer_id.clone()),
             identifier_fields: config.identifier_fields.clone(),
             merge_strategy: config.merge_strategy,
+            reads_delete_files,
             parquet: config.parquet.clone(),
             callers: config.max_in_flight,
             stats: Arc::default(),
@@ -694,7 +697,15 @@ impl Writer {
                 t
             }
             None if self.config.schema_evolution.enabled => {
-                let created = self.create_table(ident, sample).await?;
+                let mut created = self.create_table(ident, sample).await?;
+                // A catalog may vend storage credentials only when a table is loaded,
+                // not in its answer to the creation.
+                if !crate::storage::has_vended_credentials(&created.io_props)
+                    && let Ok(Some(loaded)) = self.catalog.load_table(ident).await
+                    && crate::storage::has_vended_credentials(&loaded.io_props)
+                {
+                    created = loaded;
+                }
                 // A REST catalog chooses the location: say so if it is not the bucket.
                 check_bucket(&self.config.storage, created.metadata.location())
                     .map_err(|e| e.context(ident))?;
@@ -787,11 +798,45 @@ impl Writer {
                     schema,
                     partition_spec,
                     location,
-                    properties: created_table_properties(self.config.merge_strategy),
+                    // Recorded where readers apply no delete files, so other writers
+                    // follow.
+                    properties: created_table_properties(self.config.merge_strategy.or(
+                        (!self.options.reads_delete_files).then_some(MergeStrategy::CopyOnWrite),
+                    )),
                 },
             )
             .await
     }
+}
+
+/// On a catalog that refuses identifier-field ids (Unity), the key of a static schema
+/// (`schema_evolution.schema`) would be dropped at creation: it becomes
+/// `identifier_fields` instead, so upserts still find it.
+fn key_from_static_schema(config: &mut Config) -> Result<()> {
+    let Some(json) = &config.schema_evolution.schema else {
+        return Ok(());
+    };
+    if !config.identifier_fields.is_empty() {
+        return Ok(());
+    }
+    let schema: Schema = serde_json::from_value(json.clone()).map_err(|e| {
+        Error::config(format!(
+            "schema_evolution.schema is not an Iceberg schema: {e}"
+        ))
+    })?;
+    let names: Vec<String> = schema
+        .identifier_field_ids()
+        .filter_map(|id| schema.name_by_field_id(id).map(str::to_string))
+        .collect();
+    if !names.is_empty() {
+        tracing::info!(
+            "Unity Catalog refuses identifier-field ids: the key of schema_evolution.schema ({}) \
+             is kept as identifier_fields",
+            names.join(", ")
+        );
+        config.identifier_fields = names;
+    }
+    Ok(())
 }
 
 /// The upsert strategy for a catalog whose readers apply no delete files (Unity

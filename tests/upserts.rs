@@ -123,7 +123,7 @@ fn scan_columns(
         .block_on(writer.catalog().load_table(&ident))
         .unwrap()
         .unwrap();
-    let mut props = floe::storage::file_io_props(&io.storage);
+    let mut props = floe::storage::file_io_props(&io.storage).unwrap();
     props.extend(loaded.io_props.clone());
     let table = iceberg::table::Table::builder()
         .metadata(loaded.metadata.clone())
@@ -555,7 +555,7 @@ fn head_manifests_are_sound(rt: &tokio::runtime::Runtime, writer: &Writer, confi
         .block_on(writer.catalog().load_table(&ident))
         .unwrap()
         .unwrap();
-    let mut props = floe::storage::file_io_props(&config.storage);
+    let mut props = floe::storage::file_io_props(&config.storage).unwrap();
     props.extend(t.io_props.clone());
     let io = floe::storage::build_file_io(props);
     let snapshot = t.metadata.current_snapshot().unwrap();
@@ -1449,7 +1449,7 @@ fn head_manifest_count(rt: &tokio::runtime::Runtime, w: &Writer, config: &Config
         .block_on(w.catalog().load_table(&ident))
         .unwrap()
         .unwrap();
-    let mut props = floe::storage::file_io_props(&config.storage);
+    let mut props = floe::storage::file_io_props(&config.storage).unwrap();
     props.extend(t.io_props.clone());
     let io = floe::storage::build_file_io(props);
     rt.block_on(async {

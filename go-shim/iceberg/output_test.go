@@ -199,10 +199,10 @@ func TestCancellationReturnsPromptly(t *testing.T) {
 // that cannot work; and a valid config passes both.
 func TestLintAndStartUpPrintLibfloesSameProblems(t *testing.T) {
 	cases := map[string]struct{ extra, want string }{
-		"gcs":       {"storage:\n  gcp_cloud_storage:\n    bucket: b\n", "storage.gcp_cloud_storage: GCS storage is not supported by floe yet"},
+		"gcs":       {"storage:\n  gcp_cloud_storage:\n    credentials_type: service_account\n", "storage.gcp_cloud_storage.credentials_type: service_account needs credentials_file or credentials_json"},
 		"sigv4":     {"catalog:\n  auth:\n    aws_sigv4:\n      region: us-east-1\n      credentials:\n        id: \"\"\n        secret: s\n", "catalog.auth.aws_sigv4.credentials: id and secret must both be set (leave credentials out to use the environment or ~/.aws/credentials)"},
 		"two auths": {"catalog:\n  auth:\n    bearer: t\n    aws_sigv4:\n      region: us-east-1\n", "catalog.auth: set one of bearer, oauth2 and aws_sigv4"},
-		"azure":     {"storage:\n  azure_blob_storage:\n    container: c\n", "storage.azure_blob_storage: Azure storage is not supported by floe yet"},
+		"azure":     {"storage:\n  azure_blob_storage:\n    container: c\n", `catalog.warehouse: storage.azure_blob_storage.container is "c"`},
 		"retries":   {"commit:\n  max_retries: -1\n", "commit.max_retries: invalid value: integer `-1`, expected u32"},
 		"snapshots": {"commit:\n  max_snapshots: 0\n", "commit.max_snapshots must be greater than 0"},
 		"zstd":      {"parquet:\n  compression: zstd\n  compression_level: 40\n", "parquet.compression_level 40 is outside zstd's 1..=22"},

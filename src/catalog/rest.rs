@@ -335,7 +335,7 @@ impl RestCatalog {
             r.storage_credentials.unwrap_or_default(),
             r.metadata.location(),
         );
-        crate::storage::credential_values(&io_props).for_each(|v| self.secrets.add(v));
+        crate::storage::credential_values(&io_props).for_each(|v| self.secrets.add_vended(v));
         LoadedTable::new(
             ident.clone(),
             r.metadata_location,
@@ -475,22 +475,40 @@ fn without_user_info(url: &reqwest::Url) -> String {
 
 /// Secret strings to scrub from error messages (tokens fetched later are added).
 #[derive(Default)]
-struct Secrets(std::sync::Mutex<Vec<String>>);
+struct Secrets {
+    configured: std::sync::Mutex<Vec<String>>,
+    /// Vended storage credentials, newest last: a catalog may mint new ones with every
+    /// load, so only the last [`VENDED_SECRETS_KEPT`] are kept.
+    vended: std::sync::Mutex<std::collections::VecDeque<String>>,
+}
+
+const VENDED_SECRETS_KEPT: usize = 64;
 
 impl Secrets {
     fn add(&self, secret: &str) {
         // Very short values (e.g. a header "1") would redact ordinary words.
         if secret.len() >= 4 {
-            let mut list = self.0.locked();
+            let mut list = self.configured.locked();
             if !list.iter().any(|s| s == secret) {
                 list.push(secret.to_string());
             }
         }
     }
 
+    fn add_vended(&self, secret: &str) {
+        let mut list = self.vended.locked();
+        if secret.len() >= 4 && !list.iter().any(|s| s == secret) {
+            if list.len() == VENDED_SECRETS_KEPT {
+                list.pop_front();
+            }
+            list.push_back(secret.to_string());
+        }
+    }
+
     fn scrub(&self, mut text: String) -> String {
-        let list = self.0.locked();
-        for secret in list.iter() {
+        let configured = self.configured.locked();
+        let vended = self.vended.locked();
+        for secret in configured.iter().chain(vended.iter()) {
             if text.contains(secret.as_str()) {
                 text = text.replace(secret.as_str(), "<redacted>");
             }

@@ -54,7 +54,7 @@ mod tests {
 
     #[test]
     fn check_lists_every_problem_one_per_line() {
-        let config = br#"{"commit": {"max_snapshots": 0}, "storage": {"gcp_cloud_storage": {}}}"#;
+        let config = br#"{"commit": {"max_snapshots": 0}, "storage": {"gcp_cloud_storage": {"credentials_type": "service_account"}}}"#;
         let mut err: *mut FloeError = std::ptr::null_mut();
         // SAFETY: a valid buffer and out-pointer.
         let status = unsafe { floe_config_check(config.as_ptr(), config.len(), &mut err) };
@@ -70,8 +70,8 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "storage.gcp_cloud_storage: GCS storage is not supported by floe yet",
                 "commit.max_snapshots must be greater than 0",
+                "storage.gcp_cloud_storage.credentials_type: service_account needs credentials_file or credentials_json",
             ]
         );
     }

@@ -82,8 +82,14 @@ impl Refresher {
     async fn run(self, mut expiry: Option<SystemTime>) {
         let mut received = SystemTime::now();
         let mut last = Instant::now();
+        let mut current = self.view.borrow().table.io_props.clone();
+        // Reloads in a row that brought the same credentials back (a catalog that caches
+        // them): the next one waits longer instead of reloading every second until they
+        // expire.
+        let mut unchanged = 0;
         loop {
-            let wait = refresh_in(expiry, received, SystemTime::now());
+            let wait = refresh_in(expiry, received, SystemTime::now())
+                .map(|w| w.max(unchanged_backoff(unchanged)));
             tokio::select! {
                 _ = self.view.closed() => return,
                 _ = sleep_or_forever(wait) => {}
@@ -95,6 +101,11 @@ impl Refresher {
                 return;
             };
             last = Instant::now();
+            if props == current {
+                unchanged += 1;
+                continue;
+            }
+            unchanged = 0;
             received = SystemTime::now();
             expiry = credentials_expiry(&props).filter(|at| *at > received);
             if expiry.is_none() && credentials_expiry(&props).is_some() {
@@ -110,6 +121,7 @@ impl Refresher {
                 );
             }
             let file_io = table_file_io(&self.configured, &props);
+            current = props;
             self.view
                 .send_modify(|v| *v = Arc::new(v.with_file_io(file_io)));
             tracing::debug!("vended storage credentials refreshed (expiry {expiry:?})");
@@ -157,6 +169,15 @@ fn refresh_in(
     Some(due.duration_since(now).unwrap_or_default())
 }
 
+/// The least wait after `n` reloads in a row brought the same credentials back: none
+/// at first, then 2 s doubling up to a minute.
+fn unchanged_backoff(n: u32) -> Duration {
+    match n {
+        0 => Duration::ZERO,
+        n => (Duration::from_secs(1) * 2u32.saturating_pow(n.min(6))).min(Duration::from_secs(60)),
+    }
+}
+
 async fn sleep_or_forever(wait: Option<Duration>) {
     match wait {
         Some(d) => tokio::time::sleep(d).await,
@@ -191,6 +212,11 @@ mod tests {
         );
         // No expiry announced: only on a refusal.
         assert_eq!(refresh_in(None, t0, t0), None);
+        // The same credentials back again: waits that grow, not a reload a second.
+        assert_eq!(unchanged_backoff(0), Duration::ZERO);
+        assert_eq!(unchanged_backoff(1), secs(2));
+        assert_eq!(unchanged_backoff(5), secs(32));
+        assert_eq!(unchanged_backoff(40), secs(60));
     }
 
     #[test]

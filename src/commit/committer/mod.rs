@@ -75,6 +75,9 @@ pub struct CommitterOptions {
     pub identifier_fields: Vec<String>,
     /// The configured strategy; `None` follows the table (see [`merge_strategy`]).
     pub merge_strategy: Option<MergeStrategy>,
+    /// Whether the catalog's readers apply delete files (not Unity Catalog's): without,
+    /// an unset strategy is copy-on-write.
+    pub reads_delete_files: bool,
     pub parquet: ParquetConfig,
     /// The host's concurrent calls, when it said (see [`Gathering`]).
     pub callers: Option<usize>,

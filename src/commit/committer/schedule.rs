@@ -221,6 +221,7 @@ mod tests {
         CommitterOptions {
             identifier_fields: Vec::new(),
             merge_strategy: None,
+            reads_delete_files: true,
             max_retries: 0,
             retry_timeout: Duration::ZERO,
             cleanup_on_failure: true,

@@ -35,14 +35,17 @@ pub struct TableView {
 impl TableView {
     pub fn new(table: LoadedTable, file_io: FileIO, options: &CommitterOptions) -> Result<Self> {
         // Write modes floe cannot follow only matter for upserts and deletes.
-        let (strategy, strategy_problem) =
-            match merge_strategy(options.merge_strategy, &table.metadata) {
-                Ok(s) => (s, None),
-                Err(e) => (
-                    options.merge_strategy.unwrap_or_default(),
-                    Some(e.to_string()),
-                ),
-            };
+        let (strategy, strategy_problem) = match merge_strategy(
+            options.merge_strategy,
+            &table.metadata,
+            options.reads_delete_files,
+        ) {
+            Ok(s) => (s, None),
+            Err(e) => (
+                options.merge_strategy.unwrap_or_default(),
+                Some(e.to_string()),
+            ),
+        };
         let keys =
             KeyColumns::for_table(table.metadata.current_schema(), &options.identifier_fields)
                 .and_then(|keys| match &keys {
@@ -99,6 +102,7 @@ impl TableView {
 pub(super) fn merge_strategy(
     configured: Option<MergeStrategy>,
     metadata: &TableMetadata,
+    reads_delete_files: bool,
 ) -> Result<MergeStrategy> {
     let mode = |key: &str| -> Result<Option<MergeStrategy>> {
         match metadata
@@ -133,6 +137,13 @@ pub(super) fn merge_strategy(
             t.name()
         ))),
         (Some(c), _) => Ok(c),
+        (None, Some(t)) if !reads_delete_files && t != MergeStrategy::CopyOnWrite => {
+            Err(Error::config(format!(
+                "the table's write.update.mode / write.delete.mode say {}, whose delete files \
+                 Unity Catalog's readers do not apply; set them to copy-on-write",
+                t.name()
+            )))
+        }
         (None, Some(t)) => {
             let positional = metadata
                 .properties()
@@ -150,6 +161,7 @@ pub(super) fn merge_strategy(
             );
             Ok(t)
         }
+        (None, None) if !reads_delete_files => Ok(MergeStrategy::CopyOnWrite),
         (None, None) => Ok(MergeStrategy::MergeOnRead),
     }
 }
