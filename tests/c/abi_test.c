@@ -101,7 +101,8 @@ static void check_version_config_and_errors(void) {
     CHECK(err == NULL, "an error was stored on success");
 
     const char *bad =
-        "{\"commit\": {\"max_snapshots\": 0}, \"storage\": {\"gcp_cloud_storage\": {}}}";
+        "{\"commit\": {\"max_snapshots\": 0}, \"storage\": {\"gcp_cloud_storage\": "
+        "{\"credentials_type\": \"service_account\"}}}";
     CHECK(floe_config_check((const uint8_t *)bad, strlen(bad), &err) == FLOE_STATUS_CONFIG,
           "check bad");
     CHECK(err != NULL && floe_error_status(err) == FLOE_STATUS_CONFIG, "bad config's error");
