@@ -27,8 +27,11 @@ AUTH = re.compile(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/
 
 class SigV4Front(Front):
     def __init__(self, upstream_url, key_id, secret, region="us-east-1", service="glue",
-                 token=None):
+                 token=None, lookup=None):
+        """`lookup(key_id)`, when given, says which credentials a key id stands for (None:
+        unknown or expired), for temporary credentials that rotate."""
         self.credentials = Credentials(key_id, secret, token)
+        self.lookup = lookup
         self.region, self.service = region, service
         self.accepted = 0
         self.rejected = 0
@@ -55,7 +58,10 @@ class SigV4Front(Front):
         if not m:
             return "no SigV4 Authorization header"
         key_id, date, region, service, signed, signature = m.groups()
-        if (key_id, region, service) != (self.credentials.access_key, self.region, self.service):
+        credentials = self.lookup(key_id) if self.lookup else self.credentials
+        if credentials is None:
+            return f"key {key_id} is unknown or expired"
+        if (key_id, region, service) != (credentials.access_key, self.region, self.service):
             return f"scope {key_id}/{region}/{service} is not this endpoint's"
         signed_names = signed.split(";")
         if "host" not in signed_names or "x-amz-date" not in signed_names:
@@ -66,7 +72,7 @@ class SigV4Front(Front):
         payload = headers.get("X-Amz-Content-SHA256")
         if payload is not None and payload != hashlib.sha256(body).hexdigest():
             return "x-amz-content-sha256 is not the body's hash"
-        if self.credentials.token and headers.get("X-Amz-Security-Token") != self.credentials.token:
+        if credentials.token and headers.get("X-Amz-Security-Token") != credentials.token:
             return "wrong or missing session token"
         missing = [n for n in signed_names if headers.get(n) is None]
         if missing:
@@ -74,7 +80,7 @@ class SigV4Front(Front):
         request = AWSRequest(method=method, url=f"http://{headers['Host']}{target}", data=body,
                              headers={n: headers[n] for n in signed_names})
         request.context["timestamp"] = amz_date
-        signer = SigV4Auth(self.credentials, self.service, self.region)
+        signer = SigV4Auth(credentials, self.service, self.region)
         expected = signer.signature(signer.string_to_sign(request, signer.canonical_request(request)),
                                     request)
         if not hmac.compare_digest(expected, signature):

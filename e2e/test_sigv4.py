@@ -9,6 +9,7 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from aws_metadata import CredentialServer  # noqa: E402
 from sigv4_front import SigV4Front  # noqa: E402
 from test_floe_run import FLOE, pipeline  # noqa: E402
 
@@ -104,3 +105,63 @@ def test_a_wrong_secret_is_refused_and_never_logged(tmp_path, services):
         assert front.rejected >= 1 and front.reasons[0] == "signature mismatch", front.reasons[:3]
     assert "403" in out, out[-2000:]
     assert wrong not in out and SECRET not in out
+
+
+def no_static_keys(tmp_path):
+    """An environment with no AWS keys and no shared credentials file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "none")
+    return env
+
+
+def run_clean(tmp_path, yaml_text, env, timeout=180):
+    cfg = tmp_path / f"{uuid.uuid4().hex[:6]}.yaml"
+    cfg.write_text(yaml_text)
+    return subprocess.run([FLOE, "run", str(cfg)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def slow_pipeline(out, count, interval):
+    """`count` rows in batches of 10, one batch every `interval`."""
+    return pipeline(out, count, batch_size=10).replace('interval: ""', f'interval: "{interval}"')
+
+
+def test_container_credentials_are_fetched_and_renewed(tmp_path, services):
+    # Keys that live 6 s over a run of about 20 s: floe must fetch new ones before the
+    # old expire; the front refuses a key once it has expired.
+    with CredentialServer("container", ttl=6.0, authorization="pod-identity-token") as creds, \
+            SigV4Front(services["rest_url"], "unused", "unused", region="eu-west-1",
+                       service="glue", lookup=creds.valid) as front:
+        env = no_static_keys(tmp_path)
+        # As EKS Pod Identity sets it: the token in a file, which wins over the variable.
+        (tmp_path / "token").write_text("pod-identity-token\n")
+        env.update({"AWS_CONTAINER_CREDENTIALS_FULL_URI": creds.url,
+                    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": str(tmp_path / "token"),
+                    "AWS_CONTAINER_AUTHORIZATION_TOKEN": "a-wrong-token"})
+        res = run_clean(tmp_path, slow_pipeline(output(services, front, "container",
+                                                       credentials=False), 2000, "100ms"), env)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert front.rejected == 0, front.reasons[:5]
+        # Renewed before expiry (3 s into each 6 s life), not per request.
+        assert 3 <= len(creds.issued) <= 15 and creds.refused == 0, (creds.issued, creds.refused)
+    assert rows_of(services, "container") == 2000
+    out = res.stdout + res.stderr
+    assert "pod-identity-token" not in out
+    for key in creds.issued:
+        secret, token, _ = creds.keys[key]
+        assert secret not in out and token not in out
+
+
+def test_instance_role_credentials_through_imdsv2(tmp_path, services):
+    with CredentialServer("imds", ttl=600.0) as creds, \
+            SigV4Front(services["rest_url"], "unused", "unused", region="eu-west-1",
+                       service="glue", lookup=creds.valid) as front:
+        env = no_static_keys(tmp_path)
+        env["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = creds.endpoint
+        res = run_clean(tmp_path, pipeline(output(services, front, "instance", credentials=False),
+                                           300, batch_size=100), env)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert front.rejected == 0 and front.accepted >= 5, front.reasons[:5]
+        # IMDSv2: every metadata read carried the session token.
+        assert len(creds.issued) >= 1 and creds.refused == 0 and creds.session_tokens
+    assert rows_of(services, "instance") == 300

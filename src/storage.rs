@@ -136,17 +136,36 @@ fn azure_props(azure: &AzureConfig) -> crate::Result<HashMap<String, String>> {
                     "{field}.storage_connection_string: expected Name=value parts separated by ;"
                 ))
             })?;
-            match name.trim() {
-                "AccountName" => account = account.or(Some(value.to_string())),
-                "AccountKey" => key = key.or(Some(value.to_string())),
-                "SharedAccessSignature" => sas = sas.or(Some(value.to_string())),
-                "DefaultEndpointsProtocol" | "EndpointSuffix" => {}
-                other => {
+            let slot = match name.trim() {
+                "AccountName" => &mut account,
+                "AccountKey" => &mut key,
+                "SharedAccessSignature" => &mut sas,
+                // The endpoint comes from each abfss:// location (see the README).
+                "DefaultEndpointsProtocol" | "EndpointSuffix" => continue,
+                known @ ("BlobEndpoint" | "DfsEndpoint" | "QueueEndpoint" | "TableEndpoint"
+                | "FileEndpoint") => {
                     return Err(crate::Error::config(format!(
-                        "{field}.storage_connection_string: {other} is not supported (floe \
+                        "{field}.storage_connection_string: {known} is not supported (floe \
                          takes the endpoint from each abfss:// location)"
                     )));
                 }
+                // Not quoted: a key pasted in the wrong place would be printed.
+                _ => {
+                    return Err(crate::Error::config(format!(
+                        "{field}.storage_connection_string: a part is not one of AccountName, \
+                         AccountKey, SharedAccessSignature, DefaultEndpointsProtocol, EndpointSuffix"
+                    )));
+                }
+            };
+            match slot {
+                Some(given) if given != value => {
+                    return Err(crate::Error::config(format!(
+                        "{field}: storage_connection_string and the separate fields disagree \
+                         on {}",
+                        name.trim()
+                    )));
+                }
+                _ => *slot = Some(value.to_string()),
             }
         }
     }
@@ -162,6 +181,12 @@ fn azure_props(azure: &AzureConfig) -> crate::Result<HashMap<String, String>> {
     } else if azure.endpoint.is_some() {
         return Err(crate::Error::config(format!(
             "{field}.endpoint: needs storage_account"
+        )));
+    }
+    if key.is_some() && sas.is_some() {
+        return Err(crate::Error::config(format!(
+            "{field}: set one of an access key and a SAS token (opendal would use the SAS \
+             token and ignore the key)"
         )));
     }
     let mut props = HashMap::new();
@@ -192,6 +217,7 @@ pub fn build_file_io(props: HashMap<String, String>) -> FileIO {
 pub fn table_file_io(
     configured: &HashMap<String, String>,
     from_catalog: &HashMap<String, String>,
+    location: &str,
 ) -> FileIO {
     let mut props = configured.clone();
     // Vended credentials replace the configured ones whole: a configured session token
@@ -200,7 +226,27 @@ pub fn table_file_io(
         props.retain(|k, _| !is_credential_key(k));
     }
     props.extend(from_catalog.iter().map(|(k, v)| (k.clone(), v.clone())));
+    if let Some(sas) = vended_sas_token(from_catalog, location) {
+        props.insert("adls.sas-token".into(), sas);
+    }
     build_file_io(props)
+}
+
+/// The SAS token a catalog vended for the account of an `abfss://` location: Iceberg
+/// names it `adls.sas-token.<account host>` (or `.<account>`), while iceberg-rust's
+/// Azure storage reads only `adls.sas-token`.
+fn vended_sas_token(from_catalog: &HashMap<String, String>, location: &str) -> Option<String> {
+    let host = ["abfss://", "abfs://"]
+        .iter()
+        .find_map(|s| location.strip_prefix(s))
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|authority| authority.split_once('@'))
+        .map(|(_, host)| host)?;
+    let account = host.split('.').next()?;
+    from_catalog.iter().find_map(|(k, v)| {
+        let named = k.strip_prefix("adls.sas-token.")?;
+        (named == host || named == account).then(|| v.clone())
+    })
 }
 
 /// Properties that carry storage credentials, in the names of Iceberg's FileIO
@@ -209,7 +255,8 @@ const CREDENTIAL_KEYS: &[&str] = &[
     "s3.access-key-id",
     "s3.session-token",
     "gcs.oauth2.token",
-    "adls.sas-token.",
+    "adls.sas-token",
+    "adls.account-key",
     "adls.auth.shared-key.account.key",
 ];
 
@@ -217,8 +264,10 @@ const CREDENTIAL_KEYS: &[&str] = &[
 fn is_credential_key(key: &str) -> bool {
     CREDENTIAL_KEYS.iter().any(|c| key.starts_with(c))
         || key == "s3.secret-access-key"
-        || key.starts_with("adls.sas-token-expires-at-ms.")
         || key == "gcs.oauth2.token-expires-at"
+        // Configured ways to authenticate that vended credentials replace.
+        || key == "gcs.no-auth"
+        || key == "gcs.credentials-json"
 }
 
 /// The values of a table's credential properties, for redaction.
@@ -250,7 +299,7 @@ pub fn credentials_expiry(props: &HashMap<String, String>) -> Option<SystemTime>
 pub fn has_vended_credentials(props: &HashMap<String, String>) -> bool {
     props
         .keys()
-        .any(|k| CREDENTIAL_KEYS.iter().any(|c| k.starts_with(c)))
+        .any(|k| CREDENTIAL_KEYS.iter().any(|c| k.starts_with(c)) && !k.contains("expires-at"))
 }
 
 /// Whether storage refused a request for its credentials (HTTP 403: expired, revoked or
@@ -262,6 +311,9 @@ pub fn is_credential_refusal(e: &crate::Error) -> bool {
     [
         "PermissionDenied",
         "status: 403",
+        // GCS answers an expired or revoked token with 401.
+        "status: 401",
+        "Invalid Credentials",
         "InvalidAccessKeyId",
         "ExpiredToken",
         "InvalidToken",
@@ -330,6 +382,7 @@ mod tests {
 /// says where the data goes, so a table (or warehouse) elsewhere is refused instead of
 /// the setting being ignored.
 pub fn check_bucket(storage: &crate::config::StorageConfig, location: &str) -> crate::Result<()> {
+    check_azure_account(storage, location)?;
     let wanted = required_places(storage);
     if wanted.is_empty() || wanted.iter().any(|place| place.holds(location)) {
         return Ok(());
@@ -340,6 +393,33 @@ pub fn check_bucket(storage: &crate::config::StorageConfig, location: &str) -> c
          catalog.warehouse: {}) there, or remove the setting",
         place.field, place.name, place.example
     )))
+}
+
+/// An `abfss://` location must name the configured storage account: iceberg-rust's Azure
+/// storage would otherwise fail every file it touches.
+fn check_azure_account(
+    storage: &crate::config::StorageConfig,
+    location: &str,
+) -> crate::Result<()> {
+    let Some(account) = storage
+        .azure_blob_storage
+        .as_ref()
+        .and_then(|a| a.storage_account.as_deref())
+    else {
+        return Ok(());
+    };
+    let named = ["abfss://", "abfs://"]
+        .iter()
+        .find_map(|s| location.strip_prefix(s))
+        .and_then(|rest| rest.split_once('@'))
+        .and_then(|(_, host)| host.split('.').next());
+    match named {
+        Some(n) if n != account => Err(crate::Error::config(format!(
+            "storage.azure_blob_storage.storage_account is {account:?}, but the table's location \
+             {location} is in account {n:?}"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// A bucket or container the config says tables must be in.
@@ -486,12 +566,33 @@ mod cloud_tests {
     #[test]
     fn azure_settings_and_connection_strings_become_iceberg_properties() {
         let props = storage(
-            r#"{"azure_blob_storage": {"storage_account": "acct", "storage_access_key": "KEY1", "storage_sas_token": "?sv=1&sig=x"}}"#,
+            r#"{"azure_blob_storage": {"storage_account": "acct", "storage_access_key": "KEY1"}}"#,
         )
         .unwrap();
         assert_eq!(props["adls.account-name"], "acct");
         assert_eq!(props["adls.account-key"], "KEY1");
-        assert_eq!(props["adls.sas-token"], "sv=1&sig=x");
+        let sas =
+            storage(r#"{"azure_blob_storage": {"storage_sas_token": "?sv=1&sig=x"}}"#).unwrap();
+        assert_eq!(sas["adls.sas-token"], "sv=1&sig=x");
+        let both = storage(
+            r#"{"azure_blob_storage": {"storage_access_key": "KEY1", "storage_sas_token": "sv=1"}}"#,
+        );
+        assert!(both.unwrap_err().to_string().contains("set one of"));
+        let pasted = storage(
+            r#"{"azure_blob_storage": {"storage_connection_string": "AccountName=a;c2VjcmV0LWtleQ=="}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!pasted.contains("c2VjcmV0"), "{pasted}");
+        let disagree = storage(
+            r#"{"azure_blob_storage": {"storage_account": "a", "storage_connection_string": "AccountName=b"}}"#,
+        );
+        assert!(
+            disagree
+                .unwrap_err()
+                .to_string()
+                .contains("disagree on AccountName")
+        );
         let from_string = storage(
             r#"{"azure_blob_storage": {"storage_connection_string": "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=S2V5PT0=;EndpointSuffix=core.windows.net"}}"#,
         )
@@ -529,5 +630,36 @@ mod cloud_tests {
         let e = check_bucket(&config.storage, "gs://other/t").unwrap_err();
         assert!(e.to_string().contains("gcp_cloud_storage.bucket"), "{e}");
         assert!(check_bucket(&config.storage, "abfss://d@acct.dfs.core.windows.net/t").is_err());
+        let with_account = Config::from_json(
+            r#"{"catalog": {"url": "http://127.0.0.1:1"}, "storage": {"azure_blob_storage": {"storage_account": "acct"}}}"#,
+        )
+        .unwrap();
+        assert!(
+            check_bucket(
+                &with_account.storage,
+                "abfss://c@acct.dfs.core.windows.net/t"
+            )
+            .is_ok()
+        );
+        let e = check_bucket(
+            &with_account.storage,
+            "abfss://c@other.dfs.core.windows.net/t",
+        );
+        assert!(e.unwrap_err().to_string().contains("in account \"other\""));
+    }
+
+    #[test]
+    fn a_vended_sas_token_is_used_for_its_account() {
+        let vended: HashMap<String, String> = [
+            ("adls.sas-token.acct.dfs.core.windows.net", "sv=mine"),
+            ("adls.sas-token.other.dfs.core.windows.net", "sv=theirs"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert!(has_vended_credentials(&vended));
+        let loc = "abfss://c@acct.dfs.core.windows.net/wh/t";
+        assert_eq!(vended_sas_token(&vended, loc).as_deref(), Some("sv=mine"));
+        assert_eq!(vended_sas_token(&vended, "s3://b/t"), None);
     }
 }

@@ -720,7 +720,11 @@ impl Writer {
                 ));
             }
         };
-        let file_io = table_file_io(&self.options.storage_props, &table.io_props);
+        let file_io = table_file_io(
+            &self.options.storage_props,
+            &table.io_props,
+            table.metadata.location(),
+        );
         // Refuse unsupported schemas when opening, not on the first batch.
         let shredder = Shredder::new(
             table.metadata.current_schema().clone(),

@@ -8,6 +8,7 @@
 //! (see `commit`), and the catalog applies them atomically or reports a conflict.
 
 pub mod answer;
+mod aws_chain;
 pub mod rest;
 mod sigv4;
 pub mod sql;

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use tokio::sync::Mutex;
 
 use super::answer::{AnswerHead, apply_updates, refs_after};
+use super::aws_chain::CredentialSource;
 use super::sigv4::{Credentials, Signer};
 use super::{Catalog, LoadedTable, NewTable};
 use crate::config::{CatalogConfig, OAuth2Config, SigV4Config, redact_user_info};
@@ -44,8 +45,13 @@ const UNITY_PATH: &str = "/api/2.1/unity-catalog/iceberg-rest";
 enum Auth {
     None,
     Bearer(String),
-    /// Each request is signed (see `sigv4`), after it is built.
-    SigV4(Signer),
+    /// Each request is signed (see `sigv4`), after it is built, with the credentials the
+    /// source holds then (see `aws_chain`).
+    SigV4 {
+        region: String,
+        service: String,
+        credentials: CredentialSource,
+    },
     OAuth2 {
         config: OAuth2Config,
         /// The token, and when to fetch the next one (before it expires).
@@ -177,7 +183,7 @@ impl RestCatalog {
                 config: o.clone(),
                 token: Mutex::new(None),
             },
-            (None, None, Some(s)) => Auth::SigV4(signer(s, &secrets)?),
+            (None, None, Some(s)) => sigv4_auth(s).await?,
             (None, None, None) => Auth::None,
             _ => {
                 return Err(Error::config(
@@ -221,7 +227,7 @@ impl RestCatalog {
 
     async fn token(&self, force_refresh: bool) -> Result<Option<String>> {
         match &self.auth {
-            Auth::None | Auth::SigV4(_) => Ok(None),
+            Auth::None | Auth::SigV4 { .. } => Ok(None),
             Auth::Bearer(t) => Ok(Some(t.clone())),
             Auth::OAuth2 { config, token } => {
                 let mut cached = token.lock().await;
@@ -293,7 +299,25 @@ impl RestCatalog {
             let mut request = rb
                 .build()
                 .map_err(|e| transport_error(e, "catalog request"))?;
-            if let Auth::SigV4(signer) = &self.auth {
+            if let Auth::SigV4 {
+                region,
+                service,
+                credentials,
+            } = &self.auth
+            {
+                let temporary = matches!(credentials, CredentialSource::Temporary { .. });
+                let credentials = credentials.current().await?;
+                for secret in std::iter::once(&credentials.secret).chain(&credentials.token) {
+                    match temporary {
+                        true => self.secrets.add_vended(secret),
+                        false => self.secrets.add(secret),
+                    }
+                }
+                let signer = Signer {
+                    region: region.clone(),
+                    service: service.clone(),
+                    credentials,
+                };
                 signer.sign(&mut request, std::time::SystemTime::now())?;
             }
             let response = self
@@ -413,8 +437,9 @@ fn covers(prefix: &str, location: &str) -> bool {
     normal(location).starts_with(&normal(prefix))
 }
 
-/// The signer of `catalog.auth.aws_sigv4`, its secrets registered for redaction.
-fn signer(config: &SigV4Config, secrets: &Secrets) -> Result<Signer> {
+/// The auth of `catalog.auth.aws_sigv4` (its secrets are registered for redaction when
+/// first used).
+async fn sigv4_auth(config: &SigV4Config) -> Result<Auth> {
     let region = config
         .region
         .clone()
@@ -433,12 +458,8 @@ fn signer(config: &SigV4Config, secrets: &Secrets) -> Result<Signer> {
         secret: c.secret.clone(),
         token: c.token.clone(),
     });
-    let credentials = Credentials::resolve(configured)?;
-    secrets.add(&credentials.secret);
-    if let Some(token) = &credentials.token {
-        secrets.add(token);
-    }
-    Ok(Signer {
+    let credentials = CredentialSource::resolve(configured, &region).await?;
+    Ok(Auth::SigV4 {
         region,
         service: config.service.clone(),
         credentials,

@@ -9,10 +9,7 @@
 //! Iceberg namespace path already carries `%1F`, signed as `%251F`). The payload hash is
 //! also sent as `x-amz-content-sha256`, as Iceberg's Java signer does.
 //!
-//! Credentials: the configured key, else the environment (`AWS_ACCESS_KEY_ID`,
-//! `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), else the shared credentials file
-//! (`AWS_SHARED_CREDENTIALS_FILE` or `~/.aws/credentials`, profile `AWS_PROFILE` or
-//! `default`). Instance and container roles, SSO and web identity are not read.
+//! Credentials: the configured key, else the AWS SDKs' default chain (see `aws_chain`).
 
 use std::fmt::Write as _;
 use std::time::SystemTime;
@@ -40,41 +37,7 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
-impl Credentials {
-    /// The first credentials found: `configured`, the environment, the shared file.
-    pub fn resolve(configured: Option<Credentials>) -> Result<Credentials> {
-        if let Some(c) = configured {
-            return Ok(c);
-        }
-        if let Some(c) = from_env(|k| std::env::var(k).ok()) {
-            return Ok(c);
-        }
-        let file = std::env::var("AWS_SHARED_CREDENTIALS_FILE")
-            .ok()
-            .or_else(|| {
-                std::env::var("HOME")
-                    .ok()
-                    .map(|h| format!("{h}/.aws/credentials"))
-            });
-        let profile = std::env::var("AWS_PROFILE")
-            .ok()
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "default".into());
-        if let Some(path) = file
-            && let Ok(text) = std::fs::read_to_string(&path)
-            && let Some(c) = from_shared_file(&text, &profile)
-        {
-            return Ok(c);
-        }
-        Err(Error::config(format!(
-            "catalog.auth.aws_sigv4: no credentials: none configured, none in \
-             AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, and no profile {profile:?} in the shared \
-             credentials file (instance and container roles are not read)"
-        )))
-    }
-}
-
-fn from_env(var: impl Fn(&str) -> Option<String>) -> Option<Credentials> {
+pub(super) fn from_env(var: impl Fn(&str) -> Option<String>) -> Option<Credentials> {
     let id = var("AWS_ACCESS_KEY_ID").filter(|s| !s.is_empty())?;
     let secret = var("AWS_SECRET_ACCESS_KEY").filter(|s| !s.is_empty())?;
     let token = var("AWS_SESSION_TOKEN").filter(|s| !s.is_empty());
@@ -82,7 +45,7 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Option<Credentials> {
 }
 
 /// A profile's keys from the INI text of `~/.aws/credentials`.
-fn from_shared_file(text: &str, profile: &str) -> Option<Credentials> {
+pub(super) fn from_shared_file(text: &str, profile: &str) -> Option<Credentials> {
     let mut in_profile = false;
     let (mut id, mut secret, mut token) = (None, None, None);
     for line in text.lines() {

@@ -95,8 +95,10 @@ impl Refresher {
                 _ = sleep_or_forever(wait) => {}
                 _ = self.nudge.notified() => {}
             }
-            // Refusals that queue up while a refresh is under way are answered by it.
-            tokio::time::sleep(MIN_INTERVAL.saturating_sub(last.elapsed())).await;
+            // Refusals that queue up while a refresh is under way are answered by it; a
+            // catalog that keeps sending the same credentials is asked less and less.
+            let least = MIN_INTERVAL.max(unchanged_backoff(unchanged));
+            tokio::time::sleep(least.saturating_sub(last.elapsed())).await;
             let Some(props) = self.fresh_props().await else {
                 return;
             };
@@ -120,7 +122,8 @@ impl Refresher {
                     "the catalog vended no storage credentials this time; using the configured storage credentials"
                 );
             }
-            let file_io = table_file_io(&self.configured, &props);
+            let location = self.view.borrow().table.metadata.location().to_string();
+            let file_io = table_file_io(&self.configured, &props, &location);
             current = props;
             self.view
                 .send_modify(|v| *v = Arc::new(v.with_file_io(file_io)));

@@ -57,8 +57,9 @@ use schedule::Pace;
 use stage::CommitStage;
 pub use view::TableView;
 
-/// How the committer behaves; from the `commit` section of the config.
-#[derive(Debug, Clone)]
+/// How the committer behaves; from the `commit` section of the config. Not `Debug`:
+/// `storage_props` holds storage secrets.
+#[derive(Clone)]
 pub struct CommitterOptions {
     pub max_retries: u32,
     /// How long conflicts are retried (see `CommitStage::commit_with_retries`).
