@@ -416,6 +416,7 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="results folder (default: a new temp folder)")
     args = p.parse_args(argv)
     out = args.out or tempfile.mkdtemp(prefix="databricks-harness-")
+    os.makedirs(out, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="runs-", dir=out) if args.out else out
     if args.local:
         from services import Services

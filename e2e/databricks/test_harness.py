@@ -57,3 +57,17 @@ def test_without_a_workspace_the_harness_says_so_in_one_line():
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("databricks harness: skipped"), res.stdout
     assert "DATABRICKS_HOST" in lines[0]
+
+
+def test_the_command_line_runs_it_locally_with_its_own_services(tmp_path):
+    """`harness.py --local`, as the README gives it (tiny windows): it starts and stops
+    its own services and writes its results."""
+    out = tmp_path / "cli"
+    res = subprocess.run([sys.executable, os.path.join(HERE, "harness.py"), "--local",
+                          "--window", "3", "--commit-sizes", "500", "--cow-sizes", "100",
+                          "--cow-batches", "1", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["round_trip"]["ok"] and results["identifier_refusal"]["ok"], results
+    assert "| 500 |" in (out / "results.md").read_text()
