@@ -590,7 +590,15 @@ impl CommitStage {
                 Err(e) if tries < LOOK_RETRIES => {
                     tries += 1;
                     tracing::debug!("looking for commit {}: {e}", changes.commit_id);
-                    tokio::time::sleep(backoff(tries)).await;
+                    // Refused credentials (reading the manifests) are renewed before the
+                    // next look, not only after the commit has failed as unknown.
+                    let wait = match crate::storage::is_credential_refusal(&e) {
+                        // Long enough for the refresher (at least 1 s apart) to swap them.
+                        true => backoff(tries).max(Duration::from_millis(1_500)),
+                        false => backoff(tries),
+                    };
+                    self.refusals.note(&e);
+                    tokio::time::sleep(wait).await;
                 }
                 look => return look,
             }
