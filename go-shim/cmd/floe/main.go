@@ -6,6 +6,8 @@ import (
 	"context"
 
 	_ "github.com/floe-dev/floe/go-shim/iceberg"
+	_ "github.com/floe-dev/floe/go-shim/kafka"
+	_ "github.com/floe-dev/floe/go-shim/prometheus"
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	"github.com/redpanda-data/benthos/v4/public/service"
