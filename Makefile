@@ -20,7 +20,7 @@ LIB_STAMP   = -ldflags=-X=main.libfloeStamp=$(shell sha256sum $(LIB) | cut -c1-1
 FP_STAMP    = -ldflags=-X=main.libfloeStamp=$(shell sha256sum $(FAILPOINT_LIB) | cut -c1-16)
 
 .PHONY: run test lib bin header header-check py-deps rust-test abi-test go-test e2e-test reliability lint fmt clean \
-	bench bench-quick bench-deps bench-components
+	bench bench-quick bench-deps bench-components bench-kafka
 
 $(LIB): Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 	$(CARGO) build --release
@@ -60,6 +60,11 @@ bench: bench-deps
 ## bench-quick: a small grid in a few minutes.
 bench-quick: bench-deps
 	$(PYTHON) bench-configs/sweep --quick $(SWEEP_ARGS)
+
+## bench-kafka: Kafka → Iceberg, floe against Kafka Connect's Iceberg sink on the same
+## broker, topic and services (1M records; about 20 minutes); ARGS passes options on.
+bench-kafka: bin py-deps
+	$(PYTHON) bench-configs/kafka_vs_connect.py $(ARGS)
 
 ## bench-components: the fast loop for shred / encode / commit; ARGS="--baseline FILE" compares.
 bench-components:

@@ -6,11 +6,14 @@ with two listeners:
 
   * PLAINTEXT, for most tests;
   * SASL_PLAINTEXT accepting PLAIN and SCRAM-SHA-256/512 for the user `floe`, so the
-    input's SASL settings are checked by a broker that refuses wrong passwords.
+    input's SASL settings are checked by a broker that refuses wrong passwords;
+  * SSL, with a certificate for 127.0.0.1 signed by a CA made here with the openssl CLI
+    (`ca_file`), so the input's TLS settings are checked by a broker that needs them.
 
     with KafkaBroker() as kafka:
         kafka.bootstrap        # 127.0.0.1:<port>
         kafka.sasl_bootstrap   # 127.0.0.1:<port>
+        kafka.tls_bootstrap, kafka.ca_file
         kafka.kill(); kafka.restart()   # a crash and a start over the same log dirs
 
 Stopped by PID (SIGTERM, then SIGKILL); the child dies with its parent.
@@ -98,9 +101,11 @@ class KafkaBroker:
         lib = kafka_lib()
         os.makedirs(STATE, exist_ok=True)
         self.dir = tempfile.mkdtemp(prefix="kafka-", dir=STATE)
-        self.port, self.sasl_port, self.controller_port = free_ports(3)
+        self.port, self.sasl_port, self.tls_port, self.controller_port = free_ports(4)
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.sasl_bootstrap = f"127.0.0.1:{self.sasl_port}"
+        self.tls_bootstrap = f"127.0.0.1:{self.tls_port}"
+        self._make_certificates()
         self.config = os.path.join(self.dir, "server.properties")
         with open(self.config, "w") as f:
             f.write(self._properties())
@@ -109,12 +114,39 @@ class KafkaBroker:
         cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         scram = [a for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")
                  for a in ("--add-scram", f"{m}=[name={SASL_USER},password={SASL_PASSWORD}]")]
-        subprocess.run(java_cmd(lib, "kafka.tools.StorageTool", "format", "--standalone",
-                                "-t", cluster, "-c", self.config, *scram, heap="-Xmx256m"),
-                       check=True, capture_output=True, env=self._env())
+        fmt = subprocess.run(java_cmd(lib, "kafka.tools.StorageTool", "format", "--standalone",
+                                      "-t", cluster, "-c", self.config, *scram, heap="-Xmx256m"),
+                             capture_output=True, text=True, env=self._env())
+        if fmt.returncode != 0:
+            raise RuntimeError(f"formatting the Kafka log dir failed ({fmt.returncode}):\n"
+                               f"{fmt.stdout[-2000:]}\n{fmt.stderr[-2000:]}")
         self._spawn(lib)
         self._wait_ready()
         return self
+
+    def _make_certificates(self):
+        """A CA and a server certificate for 127.0.0.1; Kafka reads the key and chain as PEM."""
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+        def openssl(*args):
+            done = subprocess.run(["openssl", *args], cwd=self.dir, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"openssl {args[0]} failed: {done.stderr[-2000:]}")
+
+        openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+                "-subj", "/CN=floe kafka test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+                "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+        with open(os.path.join(self.dir, "server.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                    "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n")
+        openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext")
+        self.ca_file = os.path.join(self.dir, "ca.pem")
+        self.keystore = os.path.join(self.dir, "server-keystore.pem")
+        with open(self.keystore, "w") as out:
+            for part in ("server.key", "server.pem"):
+                out.write(open(os.path.join(self.dir, part)).read())
 
     def _env(self):
         return {**os.environ, "KAFKA_LOG4J_OPTS": "",
@@ -129,11 +161,14 @@ class KafkaBroker:
             "node.id=1",
             f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}",
             f"listeners=PLAINTEXT://127.0.0.1:{self.port},SASL_PLAINTEXT://127.0.0.1:{self.sasl_port},"
-            f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port},SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
+            f"SSL://127.0.0.1:{self.tls_port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port},SASL_PLAINTEXT://127.0.0.1:{self.sasl_port},"
+            f"SSL://127.0.0.1:{self.tls_port}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL",
+            "listener.name.ssl.ssl.keystore.type=PEM",
+            f"listener.name.ssl.ssl.keystore.location={self.keystore}",
             "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas_plain}",
             f"listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config={jaas_scram}",
@@ -166,7 +201,7 @@ class KafkaBroker:
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kafka exited early; log:\n{open(self.log).read()[-3000:]}")
-            if port_open("127.0.0.1", self.port) and port_open("127.0.0.1", self.sasl_port):
+            if all(port_open("127.0.0.1", p) for p in (self.port, self.sasl_port, self.tls_port)):
                 try:
                     md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=3)
                     if md.brokers:

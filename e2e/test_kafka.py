@@ -179,7 +179,8 @@ def test_exactly_once_through_kills_a_broker_restart_and_rebalances(tmp_path, se
     out = iceberg_output(services, table, batching="count: 500\nperiod: 100ms")
     # Offsets are committed every 5 s (the default), so a SIGKILL always leaves written
     # records whose offsets the group has not committed.
-    pipeline = host_pipeline(kafka_input(kafka.bootstrap, [topic], group=group, extra="commit_period: 5s"),
+    pipeline = host_pipeline(kafka_input(kafka.bootstrap, [topic], group=group,
+                                         extra="commit_period: 5s\nsession_timeout: 6s\nheartbeat_interval: 1s"),
                              out, exactly_once=True)
     hosts = []
 
@@ -296,3 +297,129 @@ def test_explicit_partitions_without_a_group_and_config_errors(tmp_path, kafka):
         bad = Floe(tmp_path, f"bad-{name}", cfg)
         code = bad.wait(30)
         assert code not in (None, 0) and message in bad.output(), bad.tail()
+
+    # A broker that does not answer is reported, and retried rather than fatal.
+    nobody = f"127.0.0.1:{free_port()}"
+    cfg = ("http:\n  enabled: false\ninput:\n"
+           + textwrap.indent(kafka_input(nobody, [topic], group="g-nobody"), "  ")
+           + "output:\n  drop: {}\n")
+    host = Floe(tmp_path, "nobody", cfg)
+    try:
+        wait_for("the unreachable broker's error", lambda: f"no broker of [{nobody}] answered" in host.output(),
+                 60, [host])
+    finally:
+        host.stop()
+
+
+def test_a_partition_moving_away_from_a_backlogged_host_and_back_loses_nothing(tmp_path, services, kafka):
+    """A reviewer's sequence: host `a` is backlogged (a slow pipeline, a small
+    checkpoint_limit, so its read loop holds polled records while it waits); `b` joins,
+    takes a partition, and leaves cleanly, so the partition comes back to `a`; then `a` is
+    SIGKILLed and `a2` finishes. Records polled before the partition moved must not move
+    the group's offset when acknowledged, or the SIGKILL loses records. At-least-once
+    (no exactly-once here): duplicates are allowed, missing records are not."""
+    topic, group, table, n = "backlog", "backlog-to-lake", "kafka_backlog", 10_000
+    kafka.create_topic(topic, partitions=2)
+    kafka.produce(topic, [(None, json.dumps({"id": i}).encode()) for i in range(n)],
+                  partition_of=lambda i: i % 2)
+    out = iceberg_output(services, table, batching=None)
+    slow = kafka_input(kafka.bootstrap, [topic], group=group,
+                       extra="checkpoint_limit: 100\nsession_timeout: 6s\nheartbeat_interval: 1s")
+    cfg = host_pipeline(slow, out).replace(
+        "pipeline:\n  processors:\n", "pipeline:\n  processors:\n    - sleep:  # once per batch\n"
+        "        duration: '${! if batch_index() == 0 { \"200ms\" } else { \"0s\" } }'\n", 1)
+    hosts = []
+
+    def start(name):
+        h = Floe(tmp_path, name, cfg)
+        hosts.append(h)
+        return h
+
+    try:
+        a = start("a")
+        wait_for("a to read", lambda: (committed_rows(services, catalog(services), table) or 0) > 0, 60, [a])
+        b = start("b")
+        wait_for("b to take a partition", lambda: re.search(r"partitions assigned: map\[backlog:\[\d", b.output()),
+                 60, [a, b])
+        time.sleep(2)
+        b.proc.send_signal(signal.SIGTERM)  # a clean leave: the partition goes back to a
+        assert b.wait(60) is not None, b.tail()
+        wait_for("the partition back at a",
+                 lambda: len(re.findall(r"partitions assigned: map\[backlog:\[\d", a.output())) >= 2, 60, [a])
+        time.sleep(2)
+        a.stop()  # SIGKILL
+        a2 = start("a2")
+        wait_for("every record at least once", lambda: (committed_rows(services, catalog(services), table) or 0) >= n,
+                 180, [a2])
+        wait_for("the group's offsets at the end", lambda: sum(kafka.committed(group, topic).values()) == n, 60, [a2])
+    finally:
+        for h in hosts:
+            h.stop()
+    assert scan(services, table, "SELECT count(DISTINCT id), min(id), max(id) FROM $T")[0] == (n, 0, n - 1)
+
+
+def test_input_batching_periods_dropped_batches_and_position_headers(tmp_path, kafka):
+    """The input's own `batching`: a partial batch goes on after its period; a batch its
+    processors drop entirely counts as handled (the group's offsets reach the end); and a
+    record header named like kafka_offset does not replace the record's own position."""
+    topic = "batched"
+    kafka.create_topic(topic, partitions=1)
+    kafka.produce(topic, [(None, json.dumps({"id": i}).encode()) for i in range(10)],
+                  headers_of=lambda i: [("kafka_offset", b"0"), ("kafka_partition", b"7")])
+
+    def run(name, group, batching):
+        lines = tmp_path / f"{name}.jsonl"
+        cfg = ("http:\n  enabled: false\ninput:\n"
+               + textwrap.indent(kafka_input(kafka.bootstrap, [topic], group=group, extra=batching), "  ")
+               + "pipeline:\n  processors:\n    - mapping: |\n"
+               + "        root = this\n        root.off = @kafka_offset\n        root.part = @kafka_partition\n"
+               + f"output:\n  file:\n    path: {lines}\n    codec: lines\n")
+        return Floe(tmp_path, name, cfg), lines
+
+    host, lines = run("period", "g-period", "batching:\n  count: 1000\n  period: 200ms")
+    try:
+        wait_for("10 records before the batch is full", lambda: lines.exists() and len(lines.read_text().splitlines()) >= 10,
+                 15, [host])
+    finally:
+        host.stop()
+    got = [json.loads(x) for x in lines.read_text().splitlines()]
+    assert sorted((r["id"], r["off"], r["part"]) for r in got) == [(i, i, 0) for i in range(10)]
+
+    host, lines = run("dropped", "g-dropped",
+                      "batching:\n  count: 5\n  period: 100ms\n  processors:\n    - mapping: root = deleted()")
+    try:
+        wait_for("the group's offset past the dropped batches",
+                 lambda: kafka.committed("g-dropped", topic) == {0: 10}, 30, [host])
+    finally:
+        host.stop()
+    assert not lines.exists() or lines.read_text() == ""
+
+
+def test_tls_with_the_brokers_ca_and_without_it(tmp_path, kafka):
+    """The SSL listener: trusting the test CA reads every record; without it the
+    connection is refused with an error that says why."""
+    topic = "tls_events"
+    kafka.create_topic(topic, partitions=2)
+    kafka.produce(topic, [(None, json.dumps({"id": i}).encode()) for i in range(300)])
+
+    def run(name, tls):
+        lines = tmp_path / f"{name}.jsonl"
+        cfg = ("http:\n  enabled: false\ninput:\n"
+               + textwrap.indent(kafka_input(kafka.tls_bootstrap, [topic], group=f"g-{name}", extra=tls), "  ")
+               + f"output:\n  file:\n    path: {lines}\n    codec: lines\n")
+        return Floe(tmp_path, name, cfg), lines
+
+    host, lines = run("tls", f"tls:\n  enabled: true\n  root_cas_file: {kafka.ca_file}")
+    try:
+        wait_for("300 records over TLS", lambda: lines.exists() and len(lines.read_text().splitlines()) >= 300,
+                 60, [host])
+    finally:
+        host.stop()
+    assert sorted(json.loads(x)["id"] for x in lines.read_text().splitlines()) == list(range(300))
+
+    host, lines = run("untrusted", "tls:\n  enabled: true")
+    try:
+        wait_for("a certificate error", lambda: re.search(r"(?i)certificate|x509", host.output()), 60, [host])
+    finally:
+        host.stop()
+    assert not lines.exists() or lines.read_text() == ""

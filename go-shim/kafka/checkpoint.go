@@ -18,6 +18,7 @@ type span struct {
 	last        int64
 	leaderEpoch int32
 	count       int
+	delivered   bool
 	acked       bool
 }
 
@@ -29,7 +30,7 @@ type span struct {
 type partitionLog struct {
 	tp      topicPartition
 	pending []*span // in offset order
-	unacked int     // records delivered or buffered and not yet acknowledged
+	unacked int     // records polled and not yet acknowledged (in a batch being built, or delivered)
 }
 
 // commitPoint is an offset the group may commit: every record before it was acknowledged.
@@ -58,7 +59,8 @@ func (c *checkpointer) wakeLocked() {
 	c.changed = make(chan struct{})
 }
 
-// current returns tp's log for the present ownership, starting one when there is none.
+// currentLocked returns tp's log for the present ownership, starting one when there is
+// none; c.mu is held.
 func (c *checkpointer) currentLocked(tp topicPartition) *partitionLog {
 	log := c.logs[tp]
 	if log == nil {
@@ -68,8 +70,23 @@ func (c *checkpointer) currentLocked(tp topicPartition) *partitionLog {
 	return log
 }
 
-// reset starts new logs for partitions assigned, revoked or lost: acknowledgements of
-// records read under the old ownership no longer move the committed offset.
+// current returns the log of tp's present ownership. The read loop takes it right after
+// a poll, before anything can block, so records polled under one ownership are never
+// counted in the next one's log.
+func (c *checkpointer) current(tp topicPartition) *partitionLog {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.currentLocked(tp)
+}
+
+// isCurrentLocked tells whether log's ownership is still the present one; c.mu is held.
+func (c *checkpointer) isCurrentLocked(log *partitionLog) bool {
+	return c.logs[log.tp] == log
+}
+
+// reset ends the ownership of partitions assigned, revoked or lost: records polled and
+// acknowledgements made under the old ownership no longer count or move the committed
+// offset (the group's next owner reads them again from the committed offset).
 func (c *checkpointer) reset(parts map[string][]int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -81,7 +98,8 @@ func (c *checkpointer) reset(parts map[string][]int32) {
 	c.wakeLocked()
 }
 
-// forgetAll drops every log, for a new client that reads from the committed offsets.
+// forgetAll ends every ownership: for a new client, which reads from the committed
+// offsets, and for a client about to close, which has nothing left to wait for.
 func (c *checkpointer) forgetAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -89,37 +107,47 @@ func (c *checkpointer) forgetAll() {
 	c.wakeLocked()
 }
 
-// unackedOf counts tp's unacknowledged records in the present ownership.
-func (c *checkpointer) unackedOf(tp topicPartition) int {
+// take counts one record polled under log's ownership as read and not yet
+// acknowledged. False when that ownership has ended: the record must be skipped.
+func (c *checkpointer) take(log *partitionLog) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.currentLocked(tp).unacked
+	if !c.isCurrentLocked(log) {
+		return false
+	}
+	log.unacked++
+	return true
 }
 
-// waitForRoom blocks until tp has fewer than `limit` unacknowledged records (or ctx ends).
-// A rebalance that replaces tp's log also wakes it.
-func (c *checkpointer) waitForRoom(ctx context.Context, tp topicPartition) error {
+// full tells whether log's ownership holds `limit` unacknowledged records.
+func (c *checkpointer) full(log *partitionLog) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.isCurrentLocked(log) && log.unacked >= c.limit
+}
+
+// waitForRoom blocks until log holds fewer than `limit` unacknowledged records. It
+// returns stale = true when log's ownership ended meanwhile (its remaining records are
+// to be skipped), or ctx's error.
+func (c *checkpointer) waitForRoom(ctx context.Context, log *partitionLog) (stale bool, err error) {
 	for {
 		c.mu.Lock()
-		room := c.currentLocked(tp).unacked < c.limit
+		current := c.isCurrentLocked(log)
+		room := log.unacked < c.limit
 		changed := c.changed
 		c.mu.Unlock()
+		if !current {
+			return true, nil
+		}
 		if room {
-			return nil
+			return false, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-changed:
 		}
 	}
-}
-
-// buffered counts one record read for tp and not yet delivered in a batch.
-func (c *checkpointer) buffered(tp topicPartition) {
-	c.mu.Lock()
-	c.currentLocked(tp).unacked++
-	c.mu.Unlock()
 }
 
 // record is what a span needs of one Kafka record.
@@ -129,18 +157,18 @@ type record struct {
 	leaderEpoch int32
 }
 
-// track turns the records of one batch (in read order, each counted by `buffered`) into
-// spans, one per partition run. Records of a partition whose ownership changed since they
-// were read belong to no log: their acknowledgement will move nothing.
-func (c *checkpointer) track(recs []record, logsAtRead []*partitionLog) []*span {
+// track turns the records of one batch (in read order, each counted by `take` under the
+// log it was polled with) into spans, one per partition run. Records whose ownership
+// ended since they were polled belong to no log: their acknowledgement moves nothing.
+func (c *checkpointer) track(recs []record, logs []*partitionLog) []*span {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var spans []*span
 	var last *span
 	for i, r := range recs {
-		log := logsAtRead[i]
-		if c.logs[r.tp] != log {
-			continue // revoked (and maybe reassigned) since it was read
+		log := logs[i]
+		if !c.isCurrentLocked(log) {
+			continue
 		}
 		if last != nil && last.log == log {
 			last.last, last.leaderEpoch = r.offset, r.leaderEpoch
@@ -154,11 +182,14 @@ func (c *checkpointer) track(recs []record, logsAtRead []*partitionLog) []*span 
 	return spans
 }
 
-// logOf returns tp's current log, for `track` to tell later whether ownership changed.
-func (c *checkpointer) logOf(tp topicPartition) *partitionLog {
+// delivered notes that spans reached the pipeline: only those are worth waiting for
+// when their partitions are revoked.
+func (c *checkpointer) delivered(spans []*span) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.currentLocked(tp)
+	for _, s := range spans {
+		s.delivered = true
+	}
 }
 
 // ack marks spans acknowledged and returns, per partition whose acknowledged prefix
@@ -172,8 +203,8 @@ func (c *checkpointer) ack(spans []*span) []commitPoint {
 			continue
 		}
 		s.acked = true
-		if c.logs[s.log.tp] != s.log {
-			continue // ownership changed: this acknowledgement moves nothing
+		if !c.isCurrentLocked(s.log) {
+			continue // ownership ended: this acknowledgement moves nothing
 		}
 		s.log.unacked -= s.count
 		touched[s.log] = true
@@ -193,15 +224,22 @@ func (c *checkpointer) ack(spans []*span) []commitPoint {
 	return points
 }
 
-// inFlight counts the unacknowledged records of the given partitions.
+// inFlight counts the records of the given partitions that reached the pipeline and
+// were not acknowledged yet.
 func (c *checkpointer) inFlight(parts map[string][]int32) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
 	for topic, ps := range parts {
 		for _, p := range ps {
-			if log := c.logs[topicPartition{topic, p}]; log != nil {
-				n += log.unacked
+			log := c.logs[topicPartition{topic, p}]
+			if log == nil {
+				continue
+			}
+			for _, s := range log.pending {
+				if s.delivered && !s.acked {
+					n += s.count
+				}
 			}
 		}
 	}

@@ -56,6 +56,12 @@ kafka_timestamp_ms, kafka_tombstone_message, and every record header.`).
 				Description("Unacknowledged records of one partition allowed before reading waits."),
 			service.NewDurationField("commit_period").Default("5s").
 				Description("How often acknowledged offsets are committed to the group."),
+			service.NewDurationField("session_timeout").Default("45s").Advanced().
+				Description("How long the group waits for a silent member (a crashed host) before giving its partitions to others; the broker bounds it (group.min/max.session.timeout.ms)."),
+			service.NewDurationField("rebalance_timeout").Default("60s").Advanced().
+				Description("How long the group waits for members to rejoin during a rebalance."),
+			service.NewDurationField("heartbeat_interval").Default("3s").Advanced().
+				Description("How often the member tells the group it is alive; well below session_timeout."),
 			service.NewStringField("fetch_max_bytes").Default("50MiB").Advanced(),
 			service.NewStringField("fetch_max_partition_bytes").Default("1MiB").Advanced(),
 			service.NewDurationField("fetch_max_wait").Default("500ms").Advanced(),
@@ -78,6 +84,9 @@ type config struct {
 	fromOldest        bool
 	checkpointLimit   int
 	commitPeriod      time.Duration
+	sessionTimeout    time.Duration
+	rebalanceTimeout  time.Duration
+	heartbeat         time.Duration
 	fetchMaxBytes     int32
 	fetchMaxPartBytes int32
 	fetchMaxWait      time.Duration
@@ -127,6 +136,18 @@ func parseConfig(conf *service.ParsedConfig) (config, error) {
 	if c.commitPeriod <= 0 {
 		return c, fmt.Errorf("commit_period: must be positive")
 	}
+	if c.sessionTimeout, err = conf.FieldDuration("session_timeout"); err != nil {
+		return c, err
+	}
+	if c.rebalanceTimeout, err = conf.FieldDuration("rebalance_timeout"); err != nil {
+		return c, err
+	}
+	if c.heartbeat, err = conf.FieldDuration("heartbeat_interval"); err != nil {
+		return c, err
+	}
+	if c.heartbeat <= 0 || c.heartbeat >= c.sessionTimeout {
+		return c, fmt.Errorf("heartbeat_interval: %v must be positive and below session_timeout (%v)", c.heartbeat, c.sessionTimeout)
+	}
 	if c.fetchMaxBytes, err = byteSize(conf, "fetch_max_bytes"); err != nil {
 		return c, err
 	}
@@ -159,7 +180,6 @@ type input struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	batches chan delivery
-	readErr error // why the read loop stopped, when it stopped on its own
 
 	marks *checkpointer
 }
@@ -223,8 +243,14 @@ func (in *input) clientOpts() []kgo.Opt {
 	if c.group != "" {
 		opts = append(opts,
 			kgo.ConsumerGroup(c.group),
+			// Between a poll and the moment its records are tied to their ownership, no
+			// rebalance may run (see readLoop).
+			kgo.BlockRebalanceOnPoll(),
 			kgo.AutoCommitMarks(),
 			kgo.AutoCommitInterval(c.commitPeriod),
+			kgo.SessionTimeout(c.sessionTimeout),
+			kgo.RebalanceTimeout(c.rebalanceTimeout),
+			kgo.HeartbeatInterval(c.heartbeat),
 			kgo.AutoCommitCallback(in.committed),
 			kgo.OnPartitionsAssigned(in.assigned),
 			kgo.OnPartitionsRevoked(in.revoked),
@@ -242,21 +268,35 @@ func (in *input) Connect(ctx context.Context) error {
 	if in.client != nil {
 		return nil
 	}
+	var batcher *service.Batcher
+	if !in.conf.batching.IsNoop() {
+		b, err := in.conf.batching.NewBatcher(in.res)
+		if err != nil {
+			return fmt.Errorf("kafka_franz: batching: %w", err)
+		}
+		batcher = b
+	}
 	client, err := kgo.NewClient(in.clientOpts()...)
 	if err != nil {
+		if batcher != nil {
+			_ = batcher.Close(ctx)
+		}
 		return err
 	}
 	if err := client.Ping(ctx); err != nil {
 		client.Close()
+		if batcher != nil {
+			_ = batcher.Close(ctx)
+		}
 		return fmt.Errorf("kafka_franz: no broker of %v answered: %w", in.conf.brokers, err)
 	}
 	readCtx, cancel := context.WithCancel(context.Background())
-	in.client, in.cancel, in.readErr = client, cancel, nil
+	in.client, in.cancel = client, cancel
 	in.marker.Store(client)
 	in.marks.forgetAll() // a new client reads again from the group's committed offsets
 	in.batches = make(chan delivery)
 	in.done = make(chan struct{})
-	go in.readLoop(readCtx, client, in.batches, in.done)
+	go in.readLoop(readCtx, client, batcher, in.batches, in.done)
 	return nil
 }
 
@@ -281,12 +321,8 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 		}, nil
 	case <-done:
 		in.mu.Lock()
-		err := in.readErr
 		in.disconnectLocked()
 		in.mu.Unlock()
-		if err != nil {
-			in.log.Errorf("kafka_franz: reading stopped: %v", err)
-		}
 		return nil, nil, service.ErrNotConnected
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
@@ -383,6 +419,9 @@ func (in *input) disconnectLocked() {
 	}
 	in.cancel()
 	<-in.done
+	// The host closes an input once what it delivered was acknowledged or abandoned:
+	// nothing is left to wait for at the final revoke.
+	in.marks.forgetAll()
 	if in.conf.group != "" {
 		commitCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := in.client.CommitMarkedOffsets(commitCtx); err != nil {
@@ -390,7 +429,7 @@ func (in *input) disconnectLocked() {
 		}
 		cancel()
 	}
-	in.client.Close()
+	in.client.CloseAllowingRebalance()
 	in.marker.Store(nil)
 	in.client, in.batches = nil, nil
 }

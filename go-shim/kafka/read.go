@@ -16,28 +16,35 @@ type batchBuilder struct {
 	batcher *service.Batcher // nil without a policy
 	msgs    []*service.Message
 	recs    []record
-	logs    []*partitionLog // each record's log when it was read
+	logs    []*partitionLog // the ownership each record was polled under
+}
+
+// polled is one partition's records from one poll, with the ownership they were polled
+// under.
+type polled struct {
+	fp  kgo.FetchTopicPartition
+	log *partitionLog
 }
 
 // readLoop polls the brokers and hands batches to `out` until ctx ends or the client
 // closes. It runs on its own goroutine; `done` is closed when it returns.
-func (in *input) readLoop(ctx context.Context, client *kgo.Client, out chan<- delivery, done chan struct{}) {
+func (in *input) readLoop(ctx context.Context, client *kgo.Client, batcher *service.Batcher,
+	out chan<- delivery, done chan struct{}) {
 	defer close(done)
-	b := &batchBuilder{}
-	if !in.conf.batching.IsNoop() {
-		batcher, err := in.conf.batching.NewBatcher(in.res)
-		if err != nil {
-			in.stopWith(err)
-			return
-		}
+	b := &batchBuilder{batcher: batcher}
+	if batcher != nil {
 		defer batcher.Close(context.Background())
-		b.batcher = batcher
 	}
 	errs := newErrorThrottle(10 * time.Second)
 	for {
 		pollCtx, cancel := in.pollContext(ctx, b)
 		fetches := client.PollRecords(pollCtx, 0)
+		periodOver := errors.Is(pollCtx.Err(), context.DeadlineExceeded)
 		cancel()
+		// Rebalances wait (BlockRebalanceOnPoll) until each partition's records are tied
+		// to the ownership they were polled under; then they may run.
+		parts := in.ownedAtPoll(fetches)
+		client.AllowRebalance()
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			return
 		}
@@ -49,31 +56,56 @@ func (in *input) readLoop(ctx context.Context, client *kgo.Client, out chan<- de
 				in.log.Errorf("kafka_franz: reading %s/%d: %v", topic, partition, err)
 			}
 		})
-		ok := true
-		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if !ok || len(fp.Records) == 0 {
+		for _, p := range parts {
+			if !in.addPartition(ctx, b, p, out) {
 				return
 			}
-			last := fp.Records[len(fp.Records)-1]
-			in.lag.Set(max(fp.HighWatermark-last.Offset-1, 0), fp.Topic, partitionLabel(fp.Partition))
-			for _, r := range fp.Records {
-				if ok = in.add(ctx, b, r, out); !ok {
-					return
-				}
-			}
-			if b.batcher == nil {
-				ok = in.flush(ctx, b, out)
-			}
-		})
-		if !ok {
+		}
+		if b.batcher != nil && (periodOver || in.periodOver(b)) && !in.flush(ctx, b, out) {
 			return
 		}
-		if b.batcher != nil {
-			if wait, set := b.batcher.UntilNext(); set && wait <= 0 && !in.flush(ctx, b, out) {
-				return
-			}
+	}
+}
+
+// ownedAtPoll ties each polled partition's records to its present ownership.
+func (in *input) ownedAtPoll(fetches kgo.Fetches) []polled {
+	var parts []polled
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if len(fp.Records) == 0 {
+			return
+		}
+		parts = append(parts, polled{fp: fp, log: in.marks.current(topicPartition{fp.Topic, fp.Partition})})
+	})
+	return parts
+}
+
+// addPartition adds one partition's polled records; without a batching policy they are
+// flushed as one batch. False when ctx ended.
+func (in *input) addPartition(ctx context.Context, b *batchBuilder, p polled, out chan<- delivery) bool {
+	last := p.fp.Records[len(p.fp.Records)-1]
+	in.lag.Set(max(p.fp.HighWatermark-last.Offset-1, 0), p.fp.Topic, partitionLabel(p.fp.Partition))
+	for _, r := range p.fp.Records {
+		added, ok := in.add(ctx, b, r, p.log, out)
+		if !ok {
+			return false
+		}
+		if !added {
+			break // the ownership ended: the partition's next owner reads these again
 		}
 	}
+	if b.batcher == nil {
+		return in.flush(ctx, b, out)
+	}
+	return true
+}
+
+// periodOver tells whether the batching period of what was gathered has passed.
+func (in *input) periodOver(b *batchBuilder) bool {
+	if len(b.msgs) == 0 {
+		return false
+	}
+	wait, set := b.batcher.UntilNext()
+	return set && wait <= time.Millisecond
 }
 
 // pollContext bounds a poll by the batching period, so a partial batch is flushed on time.
@@ -86,24 +118,34 @@ func (in *input) pollContext(ctx context.Context, b *batchBuilder) (context.Cont
 	return context.WithCancel(ctx)
 }
 
-// add appends one record to the batch being built, first flushing and waiting while its
-// partition holds `checkpoint_limit` unacknowledged records. False when ctx ended.
-func (in *input) add(ctx context.Context, b *batchBuilder, r *kgo.Record, out chan<- delivery) bool {
-	tp := topicPartition{r.Topic, r.Partition}
-	if in.marks.unackedOf(tp) >= in.conf.checkpointLimit {
-		if !in.flush(ctx, b, out) || in.marks.waitForRoom(ctx, tp) != nil {
-			return false
+// add appends one record polled under `log` to the batch being built, first flushing
+// and waiting while that ownership holds `checkpoint_limit` unacknowledged records.
+// added is false when the ownership ended (the record is skipped); ok is false when
+// ctx ended.
+func (in *input) add(ctx context.Context, b *batchBuilder, r *kgo.Record, log *partitionLog, out chan<- delivery) (added, ok bool) {
+	if in.marks.full(log) {
+		if !in.flush(ctx, b, out) {
+			return false, false
+		}
+		stale, err := in.marks.waitForRoom(ctx, log)
+		if err != nil {
+			return false, false
+		}
+		if stale {
+			return false, true
 		}
 	}
-	in.marks.buffered(tp)
+	if !in.marks.take(log) {
+		return false, true
+	}
 	msg := toMessage(r)
 	b.msgs = append(b.msgs, msg)
-	b.recs = append(b.recs, record{tp: tp, offset: r.Offset, leaderEpoch: r.LeaderEpoch})
-	b.logs = append(b.logs, in.marks.logOf(tp))
+	b.recs = append(b.recs, record{tp: log.tp, offset: r.Offset, leaderEpoch: r.LeaderEpoch})
+	b.logs = append(b.logs, log)
 	if b.batcher != nil && b.batcher.Add(msg) {
-		return in.flush(ctx, b, out)
+		return true, in.flush(ctx, b, out)
 	}
-	return true
+	return true, true
 }
 
 // flush hands what was gathered to the pipeline. False when ctx ended first.
@@ -113,38 +155,39 @@ func (in *input) flush(ctx context.Context, b *batchBuilder, out chan<- delivery
 	}
 	batch := service.MessageBatch(b.msgs)
 	if b.batcher != nil {
+		// nil: the batching processors dropped every message, or failed (the host logs
+		// why and drops the batch). Either way nothing goes on, and the records count
+		// as handled.
 		processed, err := b.batcher.Flush(ctx)
-		switch {
-		case err != nil:
-			in.log.Errorf("kafka_franz: batching processors failed, passing the batch on unprocessed: %v", err)
-		case processed != nil:
-			batch = processed
+		if err != nil {
+			in.log.Errorf("kafka_franz: batching: %v", err)
 		}
+		batch = processed
 	}
 	spans := in.marks.track(b.recs, b.logs)
 	b.msgs, b.recs, b.logs = nil, nil, nil
 	if len(batch) == 0 {
-		in.settle(spans) // the batching processors dropped everything: nothing to wait for
+		in.settle(spans)
 		return true
 	}
 	select {
 	case out <- delivery{batch: batch, spans: spans}:
+		in.marks.delivered(spans)
 		return true
 	case <-ctx.Done():
 		return false
 	}
 }
 
-// stopWith records why the read loop stopped on its own.
-func (in *input) stopWith(err error) {
-	in.mu.Lock()
-	in.readErr = err
-	in.mu.Unlock()
-}
-
 // toMessage turns a record into a message with kafka_franz's metadata.
 func toMessage(r *kgo.Record) *service.Message {
 	msg := service.NewMessage(r.Value)
+	// Headers first: a header named like kafka_offset (a topic written by a pipeline that
+	// copied metadata into headers) must not replace the record's own position, which
+	// exactly-once keys on.
+	for _, h := range r.Headers {
+		msg.MetaSetMut(h.Key, string(h.Value))
+	}
 	msg.MetaSetMut("kafka_key", string(r.Key))
 	msg.MetaSetMut("kafka_topic", r.Topic)
 	msg.MetaSetMut("kafka_partition", int(r.Partition))
@@ -152,9 +195,6 @@ func toMessage(r *kgo.Record) *service.Message {
 	msg.MetaSetMut("kafka_timestamp_unix", r.Timestamp.Unix())
 	msg.MetaSetMut("kafka_timestamp_ms", r.Timestamp.UnixMilli())
 	msg.MetaSetMut("kafka_tombstone_message", r.Value == nil)
-	for _, h := range r.Headers {
-		msg.MetaSetMut(h.Key, string(h.Value))
-	}
 	return msg
 }
 

@@ -53,7 +53,8 @@ type exporter struct {
 	gauges     map[string]*prometheus.GaugeVec
 	histos     map[string]*prometheus.HistogramVec
 	summaries  map[string]*prometheus.SummaryVec
-	registered map[string]string // name -> kind, to refuse one name used as two kinds
+	registered map[string]string   // name -> kind, to refuse one name used as two kinds
+	labels     map[string][]string // name -> label keys, to refuse one name with two label sets
 	log        *service.Logger
 }
 
@@ -65,6 +66,7 @@ func newExporter(conf *service.ParsedConfig, log *service.Logger) (service.Metri
 		histos:     map[string]*prometheus.HistogramVec{},
 		summaries:  map[string]*prometheus.SummaryVec{},
 		registered: map[string]string{},
+		labels:     map[string][]string{},
 		log:        log,
 	}
 	var err error
@@ -116,14 +118,44 @@ func labelNames(keys []string) []string {
 	return out
 }
 
-// claim records that `name` is a metric of `kind`; false (and a log line) when the name
-// is already another kind, whose values then go nowhere rather than crash the host.
-func (e *exporter) claimLocked(name, kind string) bool {
-	if have, ok := e.registered[name]; ok && have != kind {
-		e.log.Warnf("prometheus: metric %s is both a %s and a %s; the %s is not exported", name, have, kind, kind)
-		return false
+// claimLocked records that `name` is a metric of `kind` with `keys`; false (and a log
+// line) when the name is already another kind or has other labels: those values then go
+// nowhere rather than crash the host.
+func (e *exporter) claimLocked(name, kind string, keys []string) bool {
+	if have, ok := e.registered[name]; ok {
+		if have != kind || !sameKeys(e.labels[name], keys) {
+			e.log.Warnf("prometheus: metric %s is already a %s with labels %v; the %s with labels %v is not exported",
+				name, have, e.labels[name], kind, keys)
+			return false
+		}
+		return true
 	}
 	e.registered[name] = kind
+	e.labels[name] = append([]string(nil), keys...)
+	return true
+}
+
+// registerLocked adds a collector; false (and a log line) when the registry refuses it,
+// e.g. a host metric named like one of the process or Go runtime metrics.
+func (e *exporter) registerLocked(name string, c prometheus.Collector) bool {
+	if err := e.registry.Register(c); err != nil {
+		e.log.Warnf("prometheus: metric %s is not exported: %v", name, err)
+		delete(e.registered, name)
+		delete(e.labels, name)
+		return false
+	}
+	return true
+}
+
+func sameKeys(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
 	return true
 }
 
@@ -131,13 +163,16 @@ func (e *exporter) NewCounterCtor(name string, labelKeys ...string) service.Metr
 	name = metricName(name)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.claimLocked(name, "counter") {
-		return func(...string) service.MetricsExporterCounter { return discard{} }
+	noCounter := func(...string) service.MetricsExporterCounter { return discard{} }
+	if !e.claimLocked(name, "counter", labelKeys) {
+		return noCounter
 	}
 	vec, ok := e.counters[name]
 	if !ok {
 		vec = prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: "Host counter " + name}, labelNames(labelKeys))
-		e.registry.MustRegister(vec)
+		if !e.registerLocked(name, vec) {
+			return noCounter
+		}
 		e.counters[name] = vec
 	}
 	return func(values ...string) service.MetricsExporterCounter {
@@ -149,13 +184,16 @@ func (e *exporter) NewGaugeCtor(name string, labelKeys ...string) service.Metric
 	name = metricName(name)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.claimLocked(name, "gauge") {
-		return func(...string) service.MetricsExporterGauge { return discard{} }
+	noGauge := func(...string) service.MetricsExporterGauge { return discard{} }
+	if !e.claimLocked(name, "gauge", labelKeys) {
+		return noGauge
 	}
 	vec, ok := e.gauges[name]
 	if !ok {
 		vec = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: "Host gauge " + name}, labelNames(labelKeys))
-		e.registry.MustRegister(vec)
+		if !e.registerLocked(name, vec) {
+			return noGauge
+		}
 		e.gauges[name] = vec
 	}
 	return func(values ...string) service.MetricsExporterGauge {
@@ -168,15 +206,18 @@ func (e *exporter) NewTimerCtor(name string, labelKeys ...string) service.Metric
 	name = metricName(strings.TrimSuffix(name, "_ns") + "_seconds")
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.claimLocked(name, "timer") {
-		return func(...string) service.MetricsExporterTimer { return discard{} }
+	noTimer := func(...string) service.MetricsExporterTimer { return discard{} }
+	if !e.claimLocked(name, "timer", labelKeys) {
+		return noTimer
 	}
 	help := "Host timing " + name + " in seconds"
 	if e.histograms {
 		vec, ok := e.histos[name]
 		if !ok {
 			vec = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: e.buckets}, labelNames(labelKeys))
-			e.registry.MustRegister(vec)
+			if !e.registerLocked(name, vec) {
+				return noTimer
+			}
 			e.histos[name] = vec
 		}
 		return func(values ...string) service.MetricsExporterTimer { return timer{vec.WithLabelValues(values...)} }
@@ -187,7 +228,9 @@ func (e *exporter) NewTimerCtor(name string, labelKeys ...string) service.Metric
 			Name: name, Help: help,
 			Objectives: map[float64]float64{0.5: 0.05, 0.9: 0.01, 0.99: 0.001},
 		}, labelNames(labelKeys))
-		e.registry.MustRegister(vec)
+		if !e.registerLocked(name, vec) {
+			return noTimer
+		}
 		e.summaries[name] = vec
 	}
 	return func(values ...string) service.MetricsExporterTimer { return timer{vec.WithLabelValues(values...)} }

@@ -66,6 +66,17 @@ func TestOneNameAsTwoKindsDoesNotCrashTheHost(t *testing.T) {
 	}
 }
 
+func TestOneNameWithTwoLabelSetsOrARuntimeNameDoesNotCrashTheHost(t *testing.T) {
+	e := newTestExporter(t, "add_process_metrics: true\nadd_go_metrics: true")
+	e.NewCounterCtor("requests", "code")("200").Incr(3)
+	e.NewCounterCtor("requests", "code", "path")("500", "/x").Incr(1) // dropped with a warning
+	e.NewGaugeCtor("go_goroutines")().Set(1)                          // the runtime's name: dropped
+	body := scrape(t, e)
+	if !strings.Contains(body, `requests{code="200"} 3`) {
+		t.Errorf("the first label set is gone:\n%s", body)
+	}
+}
+
 func TestNamesAreMadeValid(t *testing.T) {
 	if got := metricName("input.kafka-lag"); got != "input_kafka_lag" {
 		t.Errorf("got %s", got)
