@@ -23,7 +23,8 @@ What it does:
 floe runs with `commit.exactly_once` keyed by topic/partition and offset; Kafka Connect's
 sink with its own exactly-once commit protocol (control topic, transactions). Figures are
 printed and written to --out (results.md, results.json); nothing is asserted, except that
-every table ends with every record (a run that loses records fails the script).
+floe's tables end with every record (a floe run that loses records fails the script; a
+peer's missing records are reported).
 """
 import argparse
 import json
@@ -147,6 +148,8 @@ class FloeSink:
                 topics: [{topic}]
                 consumer_group: {group}
                 checkpoint_limit: 50000
+                session_timeout: 10s     # as the Connect worker's consumer.session.timeout.ms
+                heartbeat_interval: 3s
             output:
               iceberg:
                 catalog:
@@ -267,7 +270,10 @@ def latency_run(sink, broker, catalog, rate, seconds, settle):
             "max_ms": lat[-1], "snapshots": catalog.snapshots(table)}
 
 
-def restart_run(sink, catalog, topic, n, timeout):
+def restart_run(sink, catalog, topic, n, timeout, settle):
+    """SIGKILL once half the records are in the table, start again, and wait until every
+    record is there, or until the table has not changed for `settle` seconds after the
+    restart (a sink that lost records never gets there)."""
     table = f"{sink.name}_restart"
     group = f"{sink.name}-restart"
     sink.start(topic, group, table)
@@ -275,13 +281,20 @@ def restart_run(sink, catalog, topic, n, timeout):
         raise RuntimeError(f"{sink.name}: half the records not in {table} after {timeout}s")
     sink.kill()
     killed_at = catalog.rows(table)
+    restarted = time.monotonic()
     sink.start(topic, group, table)
-    wait_rows(catalog, table, n, timeout, sink)
+    last, changed = catalog.rows(table), time.monotonic()
+    while last < n and time.monotonic() - changed < settle and time.monotonic() - restarted < timeout:
+        time.sleep(1)
+        rows = catalog.rows(table)
+        if rows != last:
+            last, changed = rows, time.monotonic()
     time.sleep(10)  # anything re-sent after the restart lands now
     sink.stop()
     rows, distinct = catalog.counts(table)
     return {"sink": sink.name, "rows_at_kill": killed_at, "rows": rows, "distinct": distinct,
-            "duplicates": rows - distinct, "missing": n - distinct}
+            "duplicates": rows - distinct, "missing": n - distinct,
+            "restart_to_last_change_s": round(changed - restarted, 1)}
 
 
 # -- report ----------------------------------------------------------------------------
@@ -333,6 +346,8 @@ def main():
     ap.add_argument("--sinks", default="floe,kafka-connect")
     ap.add_argument("--skip", default="", help="comma list of phases to skip: throughput,latency,restart")
     ap.add_argument("--timeout", type=int, default=1200)
+    ap.add_argument("--settle", type=int, default=120,
+                    help="restart phase: give up once the table has not changed for this long")
     ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-kafka"))
     args = ap.parse_args()
     skip = set(args.skip.split(","))
@@ -350,6 +365,12 @@ def main():
         print(f"produced {args.records:,} records in {time.time() - t0:.1f}s", flush=True)
         throughput, latency, restarts = [], [], []
         if "throughput" not in skip:
+            # A fresh REST fixture spends its first half minute compiling its hot paths;
+            # one untimed run keeps that off whichever sink would go first.
+            warm = FloeSink(services, broker, workdir)
+            warm.start(topic, "warm-up", "warm_up")
+            wait_rows(catalog, "warm_up", args.records, args.timeout, warm)
+            warm.stop()
             for run in range(args.runs):
                 order = sinks if run % 2 == 0 else list(reversed(sinks))
                 for sink in order:
@@ -363,7 +384,7 @@ def main():
                 latency.append(r)
         if "restart" not in skip:
             for sink in sinks:
-                r = restart_run(sink, catalog, topic, args.records, args.timeout)
+                r = restart_run(sink, catalog, topic, args.records, args.timeout, settle=args.settle)
                 print(json.dumps(r), flush=True)
                 restarts.append(r)
     md = report(args, throughput, latency, restarts)
@@ -372,9 +393,10 @@ def main():
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"throughput": throughput, "latency": latency, "restart": restarts}, f, indent=1)
     print(md)
-    lost = [r for r in throughput if r["distinct"] != args.records] + [r for r in restarts if r["missing"]]
+    # floe must never lose a record; a peer's losses are reported in the tables above.
+    lost = [r for r in throughput + restarts if r["sink"] == "floe" and r["distinct"] != args.records]
     if lost:
-        print("records missing:", lost, file=sys.stderr)
+        print("floe lost records:", lost, file=sys.stderr)
         sys.exit(1)
 
 
