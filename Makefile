@@ -126,7 +126,7 @@ go-test: $(LIB) $(FAILPOINT_LIB)
 	cd go-shim && GOEXPERIMENT=cgocheck2 $(GO) test $(FP_STAMP) -count=1 -tags floe_failpoints -run Failpoint ./floe/
 
 e2e-test: bench-deps $(FLOE_FP_BIN)
-	$(PYTHON) -m pytest -q $(E2E)
+	$(PYTHON) -m pytest -q --durations=25 $(E2E)
 
 ## reliability: 10,000 small commits on one table (metadata stays bounded), the crash trials' full matrix (50 trials per kill point, catalog and mode;
 ## about 25 minutes; ARGS passes options on), the fault matrix (every fault, both modes,
