@@ -94,10 +94,10 @@ header-check:
 		print "include/floe.h:" NR ": a declaration without a summary line"; bad = 1 } \
 		{ prev = $$0 } END { exit bad }' include/floe.h
 
-# The many-small-commits test runs 3,000 commits here (about 3 minutes in a debug
+# The many-small-commits test runs 1,000 commits here (about a minute in a debug
 # build); `make reliability` runs its full 10,000 in release.
 rust-test: py-deps
-	FLOE_TEST_COMMITS=3000 $(CARGO) test --all-targets
+	FLOE_TEST_COMMITS=1000 $(CARGO) test --all-targets
 
 ## abi-test: every function of floe.h driven from C (tests/c/abi_test.c): the shipped
 ## library under AddressSanitizer + UBSan, and an unoptimised build under valgrind

@@ -265,9 +265,10 @@ def test_sasl_plain_and_scram_and_a_refused_password(tmp_path, kafka):
     assert wrong not in host.output()
 
 
-def test_explicit_partitions_without_a_group_and_config_errors(tmp_path, kafka):
-    """`topic:first-last` reads only those partitions; settings that cannot work stop
-    the host at start with an error naming the field."""
+def test_explicit_partitions_regexes_and_config_errors(tmp_path, kafka):
+    """`topic:first-last` reads only those partitions, without a group; a regular
+    expression with `regexp_topics` reads the topics it matches; settings that cannot
+    work stop the host at start with an error naming the field."""
     topic = "by_partition"
     kafka.create_topic(topic, partitions=4)
     placed = kafka.produce(topic, [(None, json.dumps({"id": i}).encode()) for i in range(400)],
@@ -285,6 +286,20 @@ def test_explicit_partitions_without_a_group_and_config_errors(tmp_path, kafka):
         host.stop()
     want = sorted(json.loads(v)["id"] for (p, _), v in placed.items() if p in (1, 2))
     assert sorted(json.loads(x)["id"] for x in lines.read_text().splitlines()) == want
+
+    # A regular expression naming the topic, in a group: every partition.
+    lines = tmp_path / "regex.jsonl"
+    cfg = ("http:\n  enabled: false\ninput:\n"
+           + textwrap.indent(kafka_input(kafka.bootstrap, ["^by_parti.*$"], group="g-regex",
+                                         extra="regexp_topics: true"), "  ")
+           + f"output:\n  file:\n    path: {lines}\n    codec: lines\n")
+    host = Floe(tmp_path, "regex", cfg)
+    try:
+        wait_for("every partition through the regex",
+                 lambda: lines.exists() and len(lines.read_text().splitlines()) >= 400, 60, [host])
+    finally:
+        host.stop()
+    assert sorted(json.loads(x)["id"] for x in lines.read_text().splitlines()) == list(range(400))
 
     for name, extra_topics, extra, message in [
         ("group", [f"{topic}:0"], "consumer_group: g", "remove consumer_group"),

@@ -1,4 +1,4 @@
-"""The soak's harness (bench-configs/long_run.py) for one minute, so its report cannot
+"""The soak's harness (bench-configs/long_run.py) for half a minute, so its report cannot
 rot: it must write soak.md and soak.png with a row per window, RSS and a latency report
 from Benthos's logger exporter. The figures themselves are not asserted."""
 import os
@@ -11,8 +11,8 @@ ROOT = os.path.dirname(HERE)
 
 def test_a_short_soak_reports_every_window(tmp_path):
     out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "bench-configs", "long_run.py"), "--minutes", "1",
-         "--window", "0.25", "--every", "3", "--report", str(tmp_path)],
+        [sys.executable, os.path.join(ROOT, "bench-configs", "long_run.py"), "--minutes", "0.5",
+         "--window", "0.1", "--every", "2", "--report", str(tmp_path)],
         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     report = (tmp_path / "soak.md").read_text()
