@@ -1,0 +1,43 @@
+package kafka
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func parse(t *testing.T, yaml string) (config, error) {
+	t.Helper()
+	conf, err := inputSpec().ParseYAML(yaml, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseConfig(conf)
+}
+
+func TestDefaultsAreKafkaFranzs(t *testing.T) {
+	c, err := parse(t, "seed_brokers: [ 'a:9092,b:9092' ]\ntopics: [ orders ]\nconsumer_group: g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.brokers) != 2 || c.checkpointLimit != 1024 || c.commitPeriod != 5*time.Second ||
+		!c.fromOldest || c.sessionTimeout != 45*time.Second || c.fetchMaxBytes != 50<<20 || !c.batching.IsNoop() {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestSettingsThatCannotWorkAreRefusedWithTheirField(t *testing.T) {
+	for yaml, want := range map[string]string{
+		"seed_brokers: [ ' , ' ]\ntopics: [ t ]":                              "seed_brokers",
+		"seed_brokers: [ a ]\ntopics: [ t ]\ncheckpoint_limit: 0":             "checkpoint_limit",
+		"seed_brokers: [ a ]\ntopics: [ t ]\ncommit_period: 0s":               "commit_period",
+		"seed_brokers: [ a ]\ntopics: [ t ]\nheartbeat_interval: 50s":         "heartbeat_interval",
+		"seed_brokers: [ a ]\ntopics: [ t ]\nfetch_max_partition_bytes: 3GiB": "fetch_max_partition_bytes",
+		"seed_brokers: [ a ]\ntopics: [ 't:1' ]\nconsumer_group: g":           "remove consumer_group",
+		"seed_brokers: [ a ]\ntopics: [ t ]\nsasl: [ { mechanism: PLAIN } ]":  "needs a username",
+	} {
+		if _, err := parse(t, yaml); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error naming %q", yaml, err, want)
+		}
+	}
+}
