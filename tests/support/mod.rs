@@ -47,22 +47,95 @@ pub fn write_ok(
     out.rows_committed
 }
 
-/// Runs `tests/support/read_table.py` and returns its JSON answer.
+/// Asks `tests/support/read_table.py` and returns its JSON answer; panics, naming the
+/// reader, when the reader fails.
 pub fn read_back(reader: &str, args: Value) -> Value {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/read_table.py");
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = Command::new(python)
-        .arg(script)
-        .arg(reader)
-        .arg(args.to_string())
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "{reader} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("reader prints JSON")
+    let mut server = ReadServer::take();
+    let answer = server.ask(reader, &args);
+    match answer {
+        Ok(Ok(value)) => {
+            server.give_back();
+            value
+        }
+        Ok(Err(traceback)) => {
+            server.give_back();
+            panic!("{reader} failed: {traceback}")
+        }
+        Err(e) => panic!("{reader} failed: the reader process broke off ({e})"),
+    }
+}
+
+/// A `read_table.py --serve` process. Its imports of DuckDB and pyiceberg take about
+/// 1.7 s, paid once per process instead of once per read; test threads take an idle
+/// one or start their own, so reads still run side by side. A server exits when its
+/// stdin closes, which happens at the latest when the test binary exits.
+struct ReadServer {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+static IDLE_READ_SERVERS: std::sync::Mutex<Vec<ReadServer>> = std::sync::Mutex::new(Vec::new());
+
+impl ReadServer {
+    fn take() -> Self {
+        let idle = IDLE_READ_SERVERS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop();
+        idle.unwrap_or_else(Self::start)
+    }
+
+    fn start() -> Self {
+        use std::process::Stdio;
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/read_table.py");
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        let mut child = Command::new(python)
+            .arg(script)
+            .arg("--serve")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        ReadServer {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// One request and its answer: `Ok(Err(traceback))` when the reader raised.
+    fn ask(&mut self, reader: &str, args: &Value) -> std::io::Result<Result<Value, String>> {
+        use std::io::{BufRead, Write};
+        let request = serde_json::json!({"reader": reader, "args": args});
+        writeln!(self.stdin, "{request}")?;
+        self.stdin.flush()?;
+        let mut line = String::new();
+        if self.stdout.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::other("it exited"));
+        }
+        let mut reply: Value = serde_json::from_str(&line).map_err(std::io::Error::other)?;
+        Ok(match reply.get("error") {
+            Some(traceback) => Err(traceback.as_str().unwrap_or_default().to_string()),
+            None => Ok(reply["ok"].take()),
+        })
+    }
+
+    fn give_back(self) {
+        IDLE_READ_SERVERS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self);
+    }
+}
+
+impl Drop for ReadServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A benchmark's list setting from the environment (`FLOE_BENCH_BATCHES="100,1000"`), or

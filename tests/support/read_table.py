@@ -7,6 +7,7 @@ Usage: read_table.py <reader> <json-args>
            duckdb-s3     args: {"metadata": "s3://…", "s3": {...}, "sql": "..."}
            s3-list       args: {"prefix": "s3://bucket/path", "s3": {...}}  (rows: object keys)
 Prints one JSON document: {"rows": [...], "count": n}.
+       read_table.py --serve  answers requests line by line (see serve()).
 """
 import json
 import sys
@@ -226,42 +227,33 @@ def nanoseconds_as_integers(table):
     return table.cast(pa.schema([f.with_type(convert(f.type)) for f in table.schema]))
 
 
-def main():
-    reader, args = sys.argv[1], json.loads(sys.argv[2])
-    if reader == "drop-sql-table":
-        print(json.dumps(drop_sql_table(args)))
-        return
-    if reader == "foreign-append-and-expire":
-        print(json.dumps(foreign_append_and_expire(args)))
-        return
-    if reader == "tag-head":
-        print(json.dumps(tag_head(args)))
-        return
-    if reader == "move-location":
-        print(json.dumps(move_location(args)))
-        return
-    if reader == "head-manifest-list":
-        print(json.dumps(head_manifest_list(args)))
-        return
-    if reader == "at-ref":
-        print(json.dumps(at_ref(args)))
-        return
-    if reader == "make-v1-table":
-        print(json.dumps(make_v1_table(args)))
-        return
-    if reader == "partition-check":
-        print(json.dumps(partition_check(args)))
-        return
+# Readers that act on a table and answer with their own document.
+ACTIONS = {
+    "drop-sql-table": drop_sql_table,
+    "foreign-append-and-expire": foreign_append_and_expire,
+    "tag-head": tag_head,
+    "move-location": move_location,
+    "head-manifest-list": head_manifest_list,
+    "at-ref": at_ref,
+    "make-v1-table": make_v1_table,
+    "partition-check": partition_check,
+}
+
+
+def read(reader, args):
+    """The answer to one request, as a JSON-ready document."""
+    if reader in ACTIONS:
+        return ACTIONS[reader](args)
     if reader == "s3-list":
         keys = s3_list(args)
-        print(json.dumps({"rows": keys, "count": len(keys)}))
-        return
+        return {"rows": keys, "count": len(keys)}
     if reader.startswith("duckdb"):
         con = duckdb_connect(args.get("s3"))
         sql = args["sql"].replace("$T", f"iceberg_scan('{args['metadata']}')")
         cur = con.execute(sql)
         cols = [d[0] for d in cur.description]
         rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+        con.close()
     else:
         from pyiceberg.catalog import load_catalog
         if reader == "pyiceberg-sql":
@@ -271,7 +263,34 @@ def main():
         table = cat.load_table(args["table"])
         rows = nanoseconds_as_integers(table.scan().to_arrow()).to_pylist()
         rows.sort(key=lambda r: json.dumps(jsonable(r), sort_keys=True))
-    print(json.dumps({"rows": jsonable(rows), "count": len(rows)}, sort_keys=True))
+    return {"rows": jsonable(rows), "count": len(rows)}
+
+
+def serve():
+    """Answers one request per stdin line ({"reader", "args"}) with one line: {"ok": answer}
+    or {"error": traceback}, until stdin closes. The Rust tests keep a few of these
+    running, so DuckDB's and pyiceberg's imports (about 1.7 s) are paid once, not per read.
+    Every request still opens its own DuckDB connection and loads its own catalog."""
+    import gc
+    import traceback
+    answers = sys.stdout
+    sys.stdout = sys.stderr  # a library's stray print must not corrupt the protocol
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            reply = {"ok": read(request["reader"], request["args"])}
+        except Exception:  # reported to the test, which fails naming the reader
+            reply = {"error": traceback.format_exc()}
+        gc.collect()  # closes the request's catalog connections and files now
+        answers.write(json.dumps(reply, sort_keys=True) + "\n")
+        answers.flush()
+
+
+def main():
+    if sys.argv[1] == "--serve":
+        serve()
+        return
+    print(json.dumps(read(sys.argv[1], json.loads(sys.argv[2])), sort_keys=True))
 
 
 if __name__ == "__main__":
