@@ -12,7 +12,8 @@ use floe::writer::{Message, Writer};
 use futures::TryStreamExt;
 use iceberg::TableUpdate;
 use iceberg::spec::{
-    FormatVersion, ManifestContentType, ManifestList, Schema, Transform, UnboundPartitionSpec,
+    FormatVersion, ManifestContentType, ManifestList, ManifestStatus, Schema, Transform,
+    UnboundPartitionSpec,
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -582,6 +583,21 @@ fn head_manifests_are_sound(rt: &tokio::runtime::Runtime, writer: &Writer, confi
                 .await
                 .unwrap_or_else(|e| panic!("manifest {} unreadable: {e}", m.manifest_path));
             for e in manifest.entries() {
+                // Every file here was added by a floe commit (no compaction): merges keep
+                // its data and file sequence numbers those of the snapshot that added it.
+                // (A DELETED entry carries the id of the snapshot that removed the file.)
+                let added_by = e.snapshot_id().and_then(|id| t.metadata.snapshot_by_id(id));
+                if let Some(added_by) = added_by.filter(|_| e.status() != ManifestStatus::Deleted) {
+                    let seq = Some(added_by.sequence_number());
+                    assert_eq!(
+                        (e.sequence_number(), e.file_sequence_number),
+                        (seq, seq),
+                        "{} in {}: sequence numbers not those of snapshot {}",
+                        e.data_file().file_path(),
+                        m.manifest_path,
+                        added_by.snapshot_id()
+                    );
+                }
                 let is_delete =
                     e.data_file().content_type() != iceberg::spec::DataContentType::Data;
                 assert_eq!(
@@ -1210,10 +1226,11 @@ fn merge_on_read_upsert_streams_merge_their_delete_manifests() {
     }
     assert_eq!(scanned(&rt, &w, &config), expected(&model));
     let n = head_manifest_count(&rt, &w, &config);
-    // Data and delete manifests merge separately: a few of each, not one per commit
-    // (without merging delete manifests: 12).
+    // Data and delete manifests merge separately, by level: at most 4 of each kind
+    // after 11 commits at min-count 3 (fan-in 3), not one per commit (without merging
+    // delete manifests: 12).
     assert!(
-        n < 7,
+        n <= 8,
         "{n} manifests after 10 upserts with min-count-to-merge 3"
     );
 }

@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use iceberg::io::FileIO;
-use iceberg::spec::{DataFile, Manifest, ManifestFile};
+use iceberg::spec::{DataFile, Manifest, ManifestFile, ManifestStatus};
 
 use crate::rowops::lookup::KeySignature;
 use crate::sync::LockExt;
@@ -29,6 +29,48 @@ const MAX_CACHED_BYTES: usize = 64 << 20;
 pub struct ManifestCache {
     cached: Mutex<Cached>,
     keys: Mutex<KeyHashes>,
+    written: Mutex<HashMap<String, Arc<Vec<WrittenEntry>>>>,
+}
+
+/// Manifests of at most this many entries that this writer wrote are remembered entry
+/// by entry (see [`ManifestCache::remember_written`]): the one-file manifests of each
+/// commit and the first merges of them, about a thousand data files per table in all.
+const MAX_WRITTEN_ENTRIES: usize = 200;
+
+/// At most this many manifests' entries are remembered: a head lists about a hundred,
+/// and attempts that never land (a catalog outage) must not pile up until one does.
+const MAX_WRITTEN_MANIFESTS: usize = 1_000;
+
+/// One entry of a manifest this writer wrote, as written: before the snapshot id and
+/// sequence numbers an ADDED entry inherits from the manifest list.
+#[derive(Debug, Clone)]
+pub struct WrittenEntry {
+    pub status: ManifestStatus,
+    pub snapshot_id: Option<i64>,
+    pub sequence_number: Option<i64>,
+    pub file_sequence_number: Option<i64>,
+    pub data_file: DataFile,
+}
+
+impl WrittenEntry {
+    /// The entry as a reader sees it through `listed` (its manifest list entry), by the
+    /// spec's inheritance rules: a missing snapshot id is the manifest's; missing
+    /// sequence numbers of ADDED entries (and of any entry of a manifest whose list
+    /// sequence number is 0, i.e. from v1) are the manifest's.
+    pub fn inherited(&self, listed: &ManifestFile) -> WrittenEntry {
+        let inherits = self.status == ManifestStatus::Added || listed.sequence_number == 0;
+        let or_listed = |n: Option<i64>| match n {
+            None if inherits => Some(listed.sequence_number),
+            n => n,
+        };
+        WrittenEntry {
+            status: self.status,
+            snapshot_id: self.snapshot_id.or(Some(listed.added_snapshot_id)),
+            sequence_number: or_listed(self.sequence_number),
+            file_sequence_number: or_listed(self.file_sequence_number),
+            data_file: self.data_file.clone(),
+        }
+    }
 }
 
 /// Estimated bytes of key hashes cached at most per table (8 per row: ~16M rows).
@@ -135,6 +177,33 @@ impl ManifestCache {
         keys.bytes -= freed;
     }
 
+    /// Remembers the entries of a manifest this writer wrote at `path`, so merging it
+    /// later does not read it back: reading a manifest costs ~7 MB of allocations in
+    /// iceberg-rust 0.10.1's Avro reader whatever its size, which made merging a hundred
+    /// one-file manifests the largest part of a small commit's CPU. Only small manifests
+    /// are kept (large ones merge rarely), and only until the head stops listing them.
+    pub fn remember_written(&self, path: &str, entries: Vec<WrittenEntry>) {
+        let mut written = self.written.locked();
+        if entries.len() <= MAX_WRITTEN_ENTRIES && written.len() < MAX_WRITTEN_MANIFESTS {
+            written.insert(path.to_string(), Arc::new(entries));
+        }
+    }
+
+    /// The entries this writer wrote at `path`, if remembered.
+    pub fn written(&self, path: &str) -> Option<Arc<Vec<WrittenEntry>>> {
+        self.written.locked().get(path).cloned()
+    }
+
+    /// Forgets the written entries of manifests `head` (a committed snapshot's list)
+    /// does not list. Called only after a commit: an attempt's new manifests are
+    /// remembered before its list exists.
+    pub fn keep_written(&self, head: &[ManifestFile]) {
+        let listed: HashSet<&str> = head.iter().map(|m| m.manifest_path.as_str()).collect();
+        self.written
+            .locked()
+            .retain(|path, _| listed.contains(path.as_str()));
+    }
+
     /// Forgets every manifest `head` does not list.
     pub fn keep_only(&self, head: &[ManifestFile]) {
         let listed: HashSet<&str> = head.iter().map(|m| m.manifest_path.as_str()).collect();
@@ -175,4 +244,91 @@ fn estimated_size(manifest: &Manifest) -> usize {
         })
         .sum();
     4096 + schema + entries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, ManifestContentType};
+
+    fn listed(sequence_number: i64, added_snapshot_id: i64) -> ManifestFile {
+        ManifestFile {
+            manifest_path: "m.avro".into(),
+            manifest_length: 1,
+            partition_spec_id: 0,
+            content: ManifestContentType::Data,
+            sequence_number,
+            min_sequence_number: sequence_number,
+            added_snapshot_id,
+            added_files_count: Some(1),
+            existing_files_count: Some(0),
+            deleted_files_count: Some(0),
+            added_rows_count: None,
+            existing_rows_count: None,
+            deleted_rows_count: None,
+            partitions: None,
+            key_metadata: None,
+            first_row_id: None,
+        }
+    }
+
+    fn entry(status: ManifestStatus, ids: (Option<i64>, Option<i64>, Option<i64>)) -> WrittenEntry {
+        let data_file = DataFileBuilder::default()
+            .content(DataContentType::Data)
+            .file_path("f.parquet".into())
+            .file_format(DataFileFormat::Parquet)
+            .partition(iceberg::spec::Struct::empty())
+            .record_count(1)
+            .file_size_in_bytes(1)
+            .build()
+            .unwrap();
+        WrittenEntry {
+            status,
+            snapshot_id: ids.0,
+            sequence_number: ids.1,
+            file_sequence_number: ids.2,
+            data_file,
+        }
+    }
+
+    fn ids(e: &WrittenEntry) -> (Option<i64>, Option<i64>, Option<i64>) {
+        (e.snapshot_id, e.sequence_number, e.file_sequence_number)
+    }
+
+    #[test]
+    fn added_entries_inherit_from_the_list_and_explicit_values_stay() {
+        let list = listed(7, 42);
+        let added = entry(ManifestStatus::Added, (Some(5), None, None));
+        assert_eq!(ids(&added.inherited(&list)), (Some(5), Some(7), Some(7)));
+        let added = entry(ManifestStatus::Added, (None, None, None));
+        assert_eq!(ids(&added.inherited(&list)), (Some(42), Some(7), Some(7)));
+        let existing = entry(ManifestStatus::Existing, (Some(3), Some(2), Some(1)));
+        assert_eq!(ids(&existing.inherited(&list)), (Some(3), Some(2), Some(1)));
+        // Only ADDED entries inherit sequence numbers from a v2 list entry...
+        let existing = entry(ManifestStatus::Existing, (Some(3), None, None));
+        assert_eq!(ids(&existing.inherited(&list)), (Some(3), None, None));
+        // ...but every entry of a manifest listed with sequence number 0 (v1) does.
+        assert_eq!(
+            ids(&existing.inherited(&listed(0, 42))),
+            (Some(3), Some(0), Some(0))
+        );
+    }
+
+    #[test]
+    fn written_entries_are_kept_while_the_head_lists_them() {
+        let cache = ManifestCache::default();
+        let one = || vec![entry(ManifestStatus::Added, (Some(1), None, None))];
+        cache.remember_written("a.avro", one());
+        cache.remember_written("b.avro", one());
+        let big = (0..=MAX_WRITTEN_ENTRIES).flat_map(|_| one()).collect();
+        cache.remember_written("big.avro", big);
+        assert!(cache.written("big.avro").is_none(), "too large to keep");
+        let head = [ManifestFile {
+            manifest_path: "b.avro".into(),
+            ..listed(1, 1)
+        }];
+        cache.keep_written(&head);
+        assert!(cache.written("a.avro").is_none());
+        assert_eq!(cache.written("b.avro").unwrap().len(), 1);
+    }
 }

@@ -3,13 +3,26 @@
 //! Every append adds one small manifest. Without merging, a table after 10,000 commits
 //! has 10,000 manifests that every reader opens and every commit carries forward. Like
 //! Iceberg's merge-append, once the head holds `commit.manifest.min-count-to-merge`
-//! (default 100) data manifests of the current spec, the small ones are packed into bins
-//! of up to `commit.manifest.target-size-bytes` (default 8 MiB) and each bin of two or
-//! more is rewritten as one manifest whose entries keep their snapshot ids and sequence
+//! (default 100) small data manifests of the current spec, they are packed into bins of
+//! up to `commit.manifest.target-size-bytes` (default 8 MiB) and each bin of two or more
+//! is rewritten as one manifest whose entries keep their snapshot ids and sequence
 //! numbers (status EXISTING). Entries already marked deleted are dropped. Delete
 //! manifests (one per merge-on-read commit) merge the same way, among themselves: their
 //! entries keep their sequence numbers, so each delete still applies to exactly the rows
 //! it applied to.
+//!
+//! Unlike merge-append, manifests merge by level ([`level`]). Merge-append packs the
+//! table's earlier merged manifest into every merge, so each merge rewrites every entry
+//! of the table up to 8 MiB of manifest: a streaming table of one-file commits paid for
+//! its whole history every 100 commits. Here a merge takes manifests of one level only:
+//! level 0 (fewer than min-count files, typically one commit's) merges at min-count
+//! manifests, and each higher level at [`LEVEL_FAN_IN`], into a manifest of the next
+//! level. Each entry is rewritten a few times in a table's life (about 2.5 per commit at
+//! 10,000 commits), and the head lists at most min-count plus fan-in − 1 per level
+//! manifests (112 after 10,000 one-file commits).
+//!
+//! Manifests this writer wrote are merged from the entries it remembers
+//! ([`ManifestCache::written`]) instead of being read back.
 
 use std::collections::HashSet;
 
@@ -20,7 +33,12 @@ use iceberg::spec::{
 };
 use uuid::Uuid;
 
+use super::manifest_cache::{ManifestCache, WrittenEntry};
 use crate::error::{Error, ErrorKind, Result};
+
+/// How many manifests of a level above 0 merge into one of the next level (fewer when
+/// min-count is smaller).
+pub const LEVEL_FAN_IN: usize = 10;
 
 pub const MIN_COUNT_TO_MERGE: &str = "commit.manifest.min-count-to-merge";
 pub const TARGET_SIZE_BYTES: &str = "commit.manifest.target-size-bytes";
@@ -77,7 +95,7 @@ pub struct Merged {
 /// per merge-on-read commit), each kind into its own bins.
 pub async fn merge_manifests(
     metadata: &TableMetadata,
-    file_io: &FileIO,
+    (file_io, cache): (&FileIO, &ManifestCache),
     snapshot_id: i64,
     commit_id: Uuid,
     carried: Vec<ManifestFile>,
@@ -94,7 +112,7 @@ pub async fn merge_manifests(
         let carried = std::mem::take(&mut merged.manifests);
         let step = merge_kind(
             metadata,
-            file_io,
+            (file_io, cache),
             (snapshot_id, commit_id),
             carried,
             policy,
@@ -107,11 +125,31 @@ pub async fn merge_manifests(
     Ok(merged)
 }
 
-/// Merges the small manifests of one content kind; merged bins are named
-/// `{commit}-{snapshot}-{prefix}{n}.avro` (n from 1: `m0` and `d0` are a commit's own).
+/// A manifest's level: 0 below `min_count` files, then one more for each factor of the
+/// fan-in (`min_count`·fan-in, `min_count`·fan-in², …). Files a manifest marks deleted
+/// do not count (a merge drops them); a manifest without counts (v1) is level 0.
+fn level(m: &ManifestFile, min_count: usize) -> u32 {
+    let files = u64::from(m.added_files_count.unwrap_or(0))
+        + u64::from(m.existing_files_count.unwrap_or(0));
+    let fan_in = fan_in(min_count) as u64;
+    let (mut level, mut bound) = (0, min_count as u64);
+    while files >= bound {
+        level += 1;
+        bound = bound.saturating_mul(fan_in);
+    }
+    level
+}
+
+fn fan_in(min_count: usize) -> usize {
+    LEVEL_FAN_IN.min(min_count).max(2)
+}
+
+/// Merges the small manifests of one content kind, level by level (see the module
+/// doc); merged bins are named `{commit}-{snapshot}-{prefix}{n}.avro` (n from 1: `m0`
+/// and `d0` are a commit's own).
 async fn merge_kind(
     metadata: &TableMetadata,
-    file_io: &FileIO,
+    (file_io, cache): (&FileIO, &ManifestCache),
     (snapshot_id, commit_id): (i64, Uuid),
     carried: Vec<ManifestFile>,
     policy: &MergePolicy,
@@ -123,41 +161,60 @@ async fn merge_kind(
             && m.partition_spec_id == spec_id
             && (m.manifest_length as u64) < policy.target_bytes
     };
-    let candidates = carried.iter().filter(|m| mergeable(m)).count();
-    // The new manifest of this commit counts too, as in Iceberg's merge-append.
-    if !policy.enabled || candidates + 1 < policy.min_count {
+    if !policy.enabled {
         return Ok(Merged {
             manifests: carried,
             written: Vec::new(),
         });
     }
-    let (small, mut kept): (Vec<ManifestFile>, Vec<ManifestFile>) =
+    let (mut small, mut kept): (Vec<ManifestFile>, Vec<ManifestFile>) =
         carried.into_iter().partition(|m| mergeable(m));
     let mut written = Vec::new();
-    for (n, bin) in pack(small, policy.target_bytes).into_iter().enumerate() {
-        if bin.len() < 2 {
-            kept.extend(bin);
-            continue;
+    let mut at = 0;
+    while small.iter().any(|m| level(m, policy.min_count) >= at) {
+        let (members, rest): (Vec<ManifestFile>, Vec<ManifestFile>) = small
+            .into_iter()
+            .partition(|m| level(m, policy.min_count) == at);
+        // At level 0 the new manifest of this commit counts too, as in Iceberg's
+        // merge-append.
+        let enough = match at {
+            0 => members.len() + 1 >= policy.min_count,
+            _ => members.len() >= fan_in(policy.min_count),
+        };
+        if !enough {
+            kept.extend(members);
+        } else {
+            for bin in pack(members, policy.target_bytes) {
+                if bin.len() < 2 {
+                    kept.extend(bin);
+                    continue;
+                }
+                let path = format!(
+                    "{}/metadata/{commit_id}-{snapshot_id}-{prefix}{}.avro",
+                    metadata.location(),
+                    written.len() + 1
+                );
+                let spec = metadata.default_partition_spec().as_ref().clone();
+                let merged = rewrite(
+                    metadata,
+                    (file_io, cache),
+                    snapshot_id,
+                    &path,
+                    &bin,
+                    (content, spec),
+                    &HashSet::new(),
+                )
+                .await?;
+                written.push(path);
+                // It merges again at its level in a later commit, not in this one: an
+                // intermediate manifest merged away at once would be left unreferenced.
+                kept.push(merged);
+            }
         }
-        let path = format!(
-            "{}/metadata/{commit_id}-{snapshot_id}-{prefix}{}.avro",
-            metadata.location(),
-            n + 1
-        );
-        let spec = metadata.default_partition_spec().as_ref().clone();
-        let merged = rewrite(
-            metadata,
-            file_io,
-            snapshot_id,
-            &path,
-            &bin,
-            (content, spec),
-            &HashSet::new(),
-        )
-        .await?;
-        written.push(path);
-        kept.push(merged);
+        small = rest;
+        at += 1;
     }
+    kept.extend(small);
     Ok(Merged {
         manifests: kept,
         written,
@@ -190,7 +247,7 @@ fn pack(manifests: Vec<ManifestFile>, target: u64) -> Vec<Vec<ManifestFile>> {
 /// DELETED for the files in `removed` (a copy-on-write commit removing them).
 pub(crate) async fn rewrite(
     metadata: &TableMetadata,
-    file_io: &FileIO,
+    (file_io, cache): (&FileIO, &ManifestCache),
     snapshot_id: i64,
     path: &str,
     bin: &[ManifestFile],
@@ -211,17 +268,14 @@ pub(crate) async fn rewrite(
         (FormatVersion::V3, false) => builder.build_v3_data(),
         (FormatVersion::V3, true) => builder.build_v3_deletes(),
     };
+    let mut remembered = Vec::new();
     for source in bin {
-        let manifest = source.load_manifest(file_io).await?;
-        for entry in manifest.entries() {
-            if entry.status() == ManifestStatus::Deleted {
+        for entry in entries_of(metadata, (file_io, cache), source).await? {
+            if entry.status == ManifestStatus::Deleted {
                 continue;
             }
-            // iceberg-rust applies the spec's inheritance when loading (snapshot id from
-            // the manifest; sequence numbers for ADDED entries and for manifests written
-            // before v2, whose sequence number is 0).
-            let snapshot = entry.snapshot_id().unwrap_or(source.added_snapshot_id);
-            let Some(sequence) = entry.sequence_number() else {
+            let snapshot = entry.snapshot_id.unwrap_or(source.added_snapshot_id);
+            let Some(sequence) = entry.sequence_number else {
                 return Err(Error::new(
                     ErrorKind::Internal,
                     format!(
@@ -234,15 +288,60 @@ pub(crate) async fn rewrite(
             // entries, and Iceberg's writer requires one: the data sequence number is the
             // closest known value (equal unless the file was rewritten by a compaction).
             let file_sequence = entry.file_sequence_number.or(Some(sequence));
-            let file = entry.data_file().clone();
-            if removed.contains(file.file_path()) {
-                writer.add_delete_file(file, sequence, file_sequence)?;
+            let file = entry.data_file;
+            let status = if removed.contains(file.file_path()) {
+                writer.add_delete_file(file.clone(), sequence, file_sequence)?;
+                ManifestStatus::Deleted
             } else {
-                writer.add_existing_file(file, snapshot, sequence, file_sequence)?;
-            }
+                writer.add_existing_file(file.clone(), snapshot, sequence, file_sequence)?;
+                ManifestStatus::Existing
+            };
+            remembered.push(WrittenEntry {
+                status,
+                snapshot_id: Some(match status {
+                    ManifestStatus::Deleted => snapshot_id,
+                    _ => snapshot,
+                }),
+                sequence_number: Some(sequence),
+                file_sequence_number: file_sequence,
+                data_file: file,
+            });
         }
     }
-    Ok(writer.write_manifest_file().await?)
+    let manifest = writer.write_manifest_file().await?;
+    if metadata.format_version() == FormatVersion::V2 {
+        cache.remember_written(path, remembered);
+    }
+    Ok(manifest)
+}
+
+/// The entries of `source` with what they inherit from its list entry: from the
+/// entries this writer remembers writing (v2 tables), else read from storage (where
+/// iceberg-rust applies the same inheritance when loading: snapshot id from the
+/// manifest; sequence numbers for ADDED entries and for manifests written before v2,
+/// whose sequence number is 0).
+async fn entries_of(
+    metadata: &TableMetadata,
+    (file_io, cache): (&FileIO, &ManifestCache),
+    source: &ManifestFile,
+) -> Result<Vec<WrittenEntry>> {
+    if metadata.format_version() == FormatVersion::V2
+        && let Some(written) = cache.written(&source.manifest_path)
+    {
+        return Ok(written.iter().map(|e| e.inherited(source)).collect());
+    }
+    let manifest = source.load_manifest(file_io).await?;
+    Ok(manifest
+        .entries()
+        .iter()
+        .map(|e| WrittenEntry {
+            status: e.status(),
+            snapshot_id: e.snapshot_id(),
+            sequence_number: e.sequence_number(),
+            file_sequence_number: e.file_sequence_number,
+            data_file: e.data_file().clone(),
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -268,6 +367,32 @@ mod tests {
             key_metadata: None,
             first_row_id: None,
         }
+    }
+
+    fn with_files(added: u32, existing: u32) -> ManifestFile {
+        ManifestFile {
+            added_files_count: Some(added),
+            existing_files_count: Some(existing),
+            ..manifest(1)
+        }
+    }
+
+    #[test]
+    fn levels_grow_by_the_fan_in_above_min_count() {
+        let at = |files, min_count| level(&with_files(files, 0), min_count);
+        assert_eq!(
+            [1, 99, 100, 999, 1_000, 9_999, 10_000].map(|f| at(f, 100)),
+            [0, 0, 1, 1, 2, 2, 3]
+        );
+        // Existing entries count, deleted ones (dropped by a merge) do not.
+        assert_eq!(level(&with_files(50, 50), 100), 1);
+        // A small min-count keeps the fan-in at most min-count.
+        assert_eq!(
+            [1, 2, 3, 8, 9, 26, 27].map(|f| at(f, 3)),
+            [0, 0, 1, 1, 2, 2, 3]
+        );
+        // No counts (a v1 manifest): level 0.
+        assert_eq!(level(&manifest(1), 100), 0);
     }
 
     #[test]

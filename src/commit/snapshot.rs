@@ -23,14 +23,14 @@ use std::collections::HashMap;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestList,
-    ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
-    SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata,
+    ManifestListWriter, ManifestStatus, ManifestWriterBuilder, Operation, Snapshot,
+    SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata,
     UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::{TableRequirement, TableUpdate};
 use uuid::Uuid;
 
-use super::manifest_cache::ManifestCache;
+use super::manifest_cache::{ManifestCache, WrittenEntry};
 use super::merge::{MergePolicy, merge_manifests};
 use super::offsets::{
     MAX_RANGES, SourceOffsets, WRITER_ID_SUMMARY, committed_offsets, property_key, record_value,
@@ -174,7 +174,7 @@ enum NewManifest {
 
 async fn write_new_manifest(
     metadata: &TableMetadata,
-    file_io: &FileIO,
+    (file_io, cache): (&FileIO, &ManifestCache),
     snapshot_id: i64,
     commit_id: Uuid,
     files: &[DataFile],
@@ -220,7 +220,19 @@ async fn write_new_manifest(
         // so the manifest stays valid if the snapshot is rebuilt after a conflict.
         writer.add_file(file.clone(), -1)?;
     }
-    Ok(writer.write_manifest_file().await?)
+    let manifest = writer.write_manifest_file().await?;
+    if metadata.format_version() == FormatVersion::V2 {
+        // What `add_file` wrote: ADDED, this snapshot's id, sequence numbers inherited.
+        let entries = files.iter().map(|file| WrittenEntry {
+            status: ManifestStatus::Added,
+            snapshot_id: Some(snapshot_id),
+            sequence_number: None,
+            file_sequence_number: None,
+            data_file: file.clone(),
+        });
+        cache.remember_written(&manifest.manifest_path, entries.collect());
+    }
+    Ok(manifest)
 }
 
 /// Each running total with the summary figures that add to and take from it.
@@ -468,7 +480,7 @@ async fn build_snapshot(
         None => {
             let m = write_new_manifest(
                 metadata,
-                stage_io,
+                (stage_io, cache.manifests),
                 snapshot_id,
                 files.commit_id,
                 &files.data_files,
@@ -482,7 +494,7 @@ async fn build_snapshot(
             } else {
                 let d = write_new_manifest(
                     metadata,
-                    stage_io,
+                    (stage_io, cache.manifests),
                     snapshot_id,
                     files.commit_id,
                     &files.delete_files,
@@ -532,7 +544,7 @@ async fn build_snapshot(
         .partition(|m| written.contains(&m.manifest_path));
     let merged = merge_manifests(
         metadata,
-        file_io,
+        (file_io, cache.manifests),
         snapshot_id,
         files.commit_id,
         carried,
@@ -556,7 +568,7 @@ async fn build_snapshot(
         }
         let m = write_new_manifest(
             metadata,
-            stage_io,
+            (stage_io, cache.manifests),
             snapshot_id,
             files.commit_id,
             new_files,

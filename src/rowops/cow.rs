@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use crate::commit::manifest_cache::ManifestCache;
 use arrow_array::BooleanArray;
 use arrow_schema::SchemaRef;
 use arrow_select::filter::filter_record_batch;
@@ -43,7 +44,7 @@ pub fn check_table(metadata: &TableMetadata, carried: &[ManifestFile]) -> Result
 /// it DELETED.
 pub async fn rewrite(
     metadata: &TableMetadata,
-    file_io: &FileIO,
+    (file_io, cache): (&FileIO, &ManifestCache),
     (snapshot_id, commit_id, attempt): (i64, Uuid, u32),
     carried: Vec<ManifestFile>,
     hits: Vec<Hit>,
@@ -81,7 +82,7 @@ pub async fn rewrite(
         manifests.push(
             without_files(
                 metadata,
-                file_io,
+                (file_io, cache),
                 snapshot_id,
                 &path,
                 &manifest,
@@ -146,7 +147,7 @@ fn refuse_live_delete_files(carried: &[ManifestFile]) -> Result<()> {
 /// live file an EXISTING one (with its sequence numbers), under the source's own spec.
 async fn without_files(
     metadata: &TableMetadata,
-    file_io: &FileIO,
+    (file_io, cache): (&FileIO, &ManifestCache),
     snapshot_id: i64,
     path: &str,
     source: &ManifestFile,
@@ -162,5 +163,6 @@ async fn without_files(
         })?;
     let content = (ManifestContentType::Data, spec.as_ref().clone());
     let bin = std::slice::from_ref(source);
-    rewrite_manifest(metadata, file_io, snapshot_id, path, bin, content, removed).await
+    let io = (file_io, cache);
+    rewrite_manifest(metadata, io, snapshot_id, path, bin, content, removed).await
 }

@@ -89,7 +89,7 @@ pub async fn remove_touched_rows(
         Removal::Rewrite => {
             cow::rewrite(
                 metadata,
-                file_io,
+                (file_io, cache),
                 ids,
                 carried,
                 hits,

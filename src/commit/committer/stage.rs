@@ -489,6 +489,7 @@ impl CommitStage {
                     let t2 = Instant::now();
                     self.options.stats.record_catalog(t2 - t1);
                     self.manifests.keep_only(&list.manifests);
+                    self.manifests.keep_written(&list.manifests);
                     self.manifest_list = Some(list);
                     self.publish(table);
                     tracing::debug!(
