@@ -2,7 +2,7 @@
 //!
 //! One writer commits one small batch per call (`max_in_flight` 1, expiry off so the
 //! table keeps every snapshot). At each age in FLOE_BENCH_AGES (snapshots retained,
-//! default 1, 1,000, 10,000) it times FLOE_BENCH_COMMITS calls (default 50) and prints,
+//! default 1, 1,000, 10,000) it times FLOE_BENCH_COMMITS calls (default 200, so merges are among them) and prints,
 //! per age: the size of the table metadata, floe's CPU per commit (this process's user +
 //! system time across the call: shredding, Parquet, manifests, the catalog request and
 //! its answer; median [min–max]), and the call's wall time. Between ages the table is
@@ -38,6 +38,12 @@ fn cpu_seconds() -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
+/// The mean: what a commit costs on average, merges included (every 100th commit merges
+/// manifests, which a median hides).
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
 fn spread(values: &mut [f64]) -> String {
     values.sort_by(f64::total_cmp);
     format!(
@@ -55,7 +61,7 @@ fn main() {
         "FLOE_BENCH_AGES",
         if smoke { &[1, 10] } else { &[1, 1_000, 10_000] },
     );
-    let commits = support::env_list("FLOE_BENCH_COMMITS", &[if smoke { 5 } else { 50 }])[0].max(1);
+    let commits = support::env_list("FLOE_BENCH_COMMITS", &[if smoke { 5 } else { 200 }])[0].max(1);
     let rows = support::env_list("FLOE_BENCH_ROWS", &[1])[0].max(1);
     let services = support::services();
     let rt = support::runtime();
@@ -91,9 +97,9 @@ fn main() {
         "commit_age bench: {rows}-row calls, {commits} measured commits per age, REST fixture + SeaweedFS on loopback"
     );
     println!(
-        "| snapshots retained | metadata JSON KB | floe CPU ms per commit median [min–max] | call wall ms median [min–max] | REST fixture CPU ms per commit | SeaweedFS CPU ms per commit |"
+        "| snapshots retained | metadata JSON KB | floe CPU ms per commit median [min–max] | mean | call wall ms median [min–max] | REST fixture CPU ms per commit | SeaweedFS CPU ms per commit |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
     let services_cpu =
         || ["rest-fixture", "seaweedfs"].map(|s| services.cpu_seconds(s).unwrap_or(f64::NAN));
     let mut age = 0;
@@ -129,8 +135,9 @@ fn main() {
         assert_eq!(snapshots, age, "every commit kept its snapshot");
         let kb = serde_json::to_vec(&*loaded.metadata).unwrap().len() as f64 / 1024.0;
         println!(
-            "| {target} | {kb:.0} | {} | {} | {:.1} | {:.1} |",
+            "| {target} | {kb:.0} | {} | {:.2} | {} | {:.1} | {:.1} |",
             spread(&mut cpu_ms),
+            mean(&cpu_ms),
             spread(&mut wall_ms),
             per_commit(0),
             per_commit(1)

@@ -52,6 +52,20 @@ impl AnswerHead {
     /// and stops once it has them all. `None` when the text is not the JSON object it
     /// should be (the caller then parses it in full, which says what is wrong).
     pub fn scan(body: &[u8]) -> Option<AnswerHead> {
+        Self::scan_to(body).map(|(head, _)| head)
+    }
+
+    /// [`AnswerHead::scan`] of the first bytes of an answer still arriving: `Some` only
+    /// when every field was read and text follows the last value read, so the value
+    /// cannot be a number cut short by the end of the prefix.
+    pub fn scan_prefix(prefix: &[u8]) -> Option<AnswerHead> {
+        Self::scan_to(prefix)
+            .filter(|(head, end)| head.complete() && *end < prefix.len())
+            .map(|(head, _)| head)
+    }
+
+    /// The fields, and where the scan stopped.
+    fn scan_to(body: &[u8]) -> Option<(AnswerHead, usize)> {
         let mut scan = Scanner { text: body, at: 0 };
         let mut head = AnswerHead::default();
         scan.object(|scan, key| match key {
@@ -98,7 +112,7 @@ impl AnswerHead {
                 Some(Step::Go)
             }
         })?;
-        Some(head)
+        Some((head, scan.at))
     }
 
     /// Whether every field the table's format version has was read.
@@ -522,5 +536,21 @@ mod tests {
             );
         }
         assert!(head(text).unwrap().complete());
+    }
+
+    #[test]
+    fn a_prefix_counts_only_once_text_follows_its_last_value() {
+        let text = r#"{"metadata-location":"l","metadata":{"format-version":2,"table-uuid":"u","location":"l","current-snapshot-id":5,"properties":{},"refs":{},"last-sequence-number":123,"snapshots":[{"snapshot-id":5}]}}"#;
+        let whole = AnswerHead::scan(text.as_bytes()).unwrap();
+        assert_eq!(whole.last_sequence_number, Some(123));
+        let number_ends = text.find("123").unwrap() + 3;
+        for end in 0..=text.len() {
+            let prefix = AnswerHead::scan_prefix(&text.as_bytes()[..end]);
+            // "12" cut from "123" must never be taken for the whole number.
+            assert_eq!(prefix.is_some(), end > number_ends, "prefix {end}");
+            if let Some(head) = prefix {
+                assert_eq!(head, whole, "prefix {end}");
+            }
+        }
     }
 }

@@ -622,7 +622,7 @@ impl Catalog for RestCatalog {
     ) -> Result<LoadedTable> {
         self.redacted(async {
             let request = commit_request(ident, requirements, updates);
-            let answer = self.post_commit(ident, &request).await?;
+            let answer = self.post_commit(ident, &request).await?.whole().await?;
             parse_commit_answer(ident, &answer, HashMap::new())
         })
         .await
@@ -637,13 +637,104 @@ impl Catalog for RestCatalog {
         self.redacted(async {
             let ident = &base.ident;
             let request = commit_request(ident, requirements, updates);
-            let answer = self.post_commit(ident, &request).await?;
-            match applied_locally(base, request.updates, &answer) {
+            let mut answer = self.post_commit(ident, &request).await?;
+            let head = answer.head().await?;
+            match head.and_then(|head| applied_locally(base, request.updates, head)) {
                 Some(table) => Ok(table),
-                None => parse_commit_answer(ident, &answer, base.io_props.clone()),
+                None => {
+                    let answer = answer.whole().await?;
+                    parse_commit_answer(ident, &answer, base.io_props.clone())
+                }
             }
         })
         .await
+    }
+}
+
+/// A successful commit's answer, read only as far as floe needs it. A REST catalog
+/// answers with the table's whole metadata, every retained snapshot included (about 7 MB
+/// at 10,000 snapshots), while the fields floe checks ([`AnswerHead`]) come before the
+/// snapshots in Java's catalogs. If the body cannot be read, the commit's outcome is
+/// "unknown" (see [`parse_commit_answer`]).
+struct CommitAnswer {
+    read: Vec<u8>,
+    /// The body still to come; `None` once it ended or failed.
+    rest: Option<Response>,
+    /// Why the body ended early, if it did while reading on past the checked fields.
+    broken: Option<Error>,
+}
+
+/// Once the checked fields are read, up to this much more of the answer is read, so a
+/// small answer ends and its connection is reused. A longer one is dropped unread, and
+/// its connection closed: a new connection costs less than reading megabytes.
+const READ_ON_AFTER_HEAD: usize = 256 << 10;
+
+impl CommitAnswer {
+    async fn next_chunk(&mut self) -> Result<Option<bytes::Bytes>> {
+        let Some(response) = self.rest.as_mut() else {
+            return Ok(None);
+        };
+        match response.chunk().await {
+            Ok(Some(chunk)) => Ok(Some(chunk)),
+            Ok(None) => {
+                self.rest = None;
+                Ok(None)
+            }
+            Err(e) => {
+                self.rest = None;
+                Err(Error::new(
+                    ErrorKind::CommitStateUnknown,
+                    transport_error(e, "commit").message().to_string(),
+                ))
+            }
+        }
+    }
+
+    /// The checked fields, from as little of the answer as holds them; `None` when the
+    /// whole answer does not hold them all.
+    async fn head(&mut self) -> Result<Option<AnswerHead>> {
+        // Scanned again each time the text read doubles: linear in the answer's size even
+        // when the fields come last.
+        let mut next_scan = 0;
+        while let Some(chunk) = self.next_chunk().await? {
+            self.read.extend_from_slice(&chunk);
+            if self.read.len() < next_scan {
+                continue;
+            }
+            if let Some(head) = AnswerHead::scan_prefix(&self.read) {
+                self.read_on().await;
+                return Ok(Some(head));
+            }
+            next_scan = 2 * self.read.len();
+        }
+        Ok(AnswerHead::scan(&self.read))
+    }
+
+    /// Reads up to [`READ_ON_AFTER_HEAD`] more. A failure here is kept for
+    /// [`CommitAnswer::whole`]: the checked fields stand, the whole answer is unknown.
+    async fn read_on(&mut self) {
+        let until = self.read.len() + READ_ON_AFTER_HEAD;
+        while self.read.len() <= until {
+            match self.next_chunk().await {
+                Ok(Some(chunk)) => self.read.extend_from_slice(&chunk),
+                Ok(None) => return,
+                Err(e) => {
+                    self.broken = Some(e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The whole answer.
+    async fn whole(mut self) -> Result<Vec<u8>> {
+        if let Some(e) = self.broken.take() {
+            return Err(e);
+        }
+        while let Some(chunk) = self.next_chunk().await? {
+            self.read.extend_from_slice(&chunk);
+        }
+        Ok(self.read)
     }
 }
 
@@ -686,9 +777,8 @@ fn parse_commit_answer(
 fn applied_locally(
     base: &LoadedTable,
     updates: Vec<TableUpdate>,
-    answer: &[u8],
+    head: AnswerHead,
 ) -> Option<LoadedTable> {
-    let head = AnswerHead::scan(answer)?;
     let refs = refs_after(base.refs(), &updates);
     let metadata = match apply_updates(&base.metadata, base.metadata_location.clone(), updates) {
         Ok(m) => m,
@@ -829,12 +919,12 @@ impl RestCatalog {
         }
     }
 
-    /// Posts a commit; returns the body of a successful answer.
+    /// Posts a commit; returns a successful answer, to be read.
     async fn post_commit(
         &self,
         ident: &TableIdent,
         request: &CommitTableRequest,
-    ) -> Result<bytes::Bytes> {
+    ) -> Result<CommitAnswer> {
         let response = match self
             .send(Method::POST, &self.table_url(ident), Some(request))
             .await
@@ -851,13 +941,10 @@ impl RestCatalog {
         };
         let status = response.status();
         if status.is_success() {
-            // Committed. If the body cannot be read, say "unknown" (see
-            // `parse_commit_answer`).
-            return response.bytes().await.map_err(|e| {
-                Error::new(
-                    ErrorKind::CommitStateUnknown,
-                    transport_error(e, "commit").message().to_string(),
-                )
+            return Ok(CommitAnswer {
+                read: Vec::new(),
+                rest: Some(response),
+                broken: None,
             });
         }
         let error = status_error(response, &format!("commit to {ident}")).await;
@@ -887,6 +974,88 @@ mod tests {
             prefix: prefix.into(),
             config: [("s3.access-key-id".to_string(), key.to_string())].into(),
         }
+    }
+
+    /// A commit answer of `snapshots` snapshots after the checked fields, as Java's
+    /// catalogs order them.
+    fn big_answer(snapshots: usize) -> String {
+        let snapshot = r#"{"snapshot-id":5,"summary":{"operation":"append"}}"#;
+        format!(
+            r#"{{"metadata-location":"l","metadata":{{"format-version":2,"table-uuid":"u","location":"l","current-snapshot-id":5,"properties":{{}},"refs":{{}},"last-sequence-number":123,"snapshots":[{}]}}}}"#,
+            vec![snapshot; snapshots].join(",")
+        )
+    }
+
+    /// Serves `body` once on 127.0.0.1 in 1 KB writes, then, if `cut`, closes the
+    /// connection 64 KB into the body; returns the answer as floe reads it.
+    async fn served_answer(body: String, cut: bool) -> CommitAnswer {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut request).await;
+            let header = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            socket.write_all(header.as_bytes()).await.unwrap();
+            for (n, piece) in body.as_bytes().chunks(1024).enumerate() {
+                if cut && n == 64 {
+                    return;
+                }
+                if socket.write_all(piece).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let response = reqwest::get(url).await.unwrap();
+        CommitAnswer {
+            read: Vec::new(),
+            rest: Some(response),
+            broken: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_long_answer_is_read_only_to_its_checked_fields_and_whole_on_demand() {
+        let body = big_answer(40_000);
+        assert!(body.len() > 1 << 20);
+        let mut answer = served_answer(body.clone(), false).await;
+        let head = answer.head().await.unwrap().unwrap();
+        assert_eq!(head, AnswerHead::scan(body.as_bytes()).unwrap());
+        assert_eq!(head.last_sequence_number, Some(123));
+        assert!(
+            answer.read.len() < 512 << 10,
+            "read {} B",
+            answer.read.len()
+        );
+        // Disagreeing with the answer needs all of it: still there to read.
+        assert_eq!(answer.whole().await.unwrap(), body.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn a_short_answer_is_read_to_its_end() {
+        let body = big_answer(10);
+        let mut answer = served_answer(body.clone(), false).await;
+        assert!(answer.head().await.unwrap().is_some());
+        assert!(answer.rest.is_none(), "a small answer is read to its end");
+        assert_eq!(answer.whole().await.unwrap(), body.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn an_answer_cut_short_is_an_unknown_outcome() {
+        // Cut before the checked fields end: no head, and the outcome is unknown.
+        let mut answer = served_answer(" ".repeat(100_000) + &big_answer(10), true).await;
+        let e = answer.head().await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::CommitStateUnknown);
+        // Cut after them: the head stands; the whole answer is unknown, and says why.
+        let mut answer = served_answer(big_answer(40_000), true).await;
+        assert!(answer.head().await.unwrap().is_some());
+        let e = answer.whole().await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::CommitStateUnknown);
+        assert!(e.message().contains("commit"), "{e}");
     }
 
     #[test]
