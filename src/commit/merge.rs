@@ -24,7 +24,7 @@
 //! Manifests this writer wrote are merged from the entries it remembers
 //! ([`ManifestCache::written`]) instead of being read back.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use iceberg::io::FileIO;
 use iceberg::spec::{
@@ -167,14 +167,17 @@ async fn merge_kind(
             written: Vec::new(),
         });
     }
-    let (mut small, mut kept): (Vec<ManifestFile>, Vec<ManifestFile>) =
+    let (small, mut kept): (Vec<ManifestFile>, Vec<ManifestFile>) =
         carried.into_iter().partition(|m| mergeable(m));
+    let mut by_level: BTreeMap<u32, Vec<ManifestFile>> = BTreeMap::new();
+    for m in small {
+        by_level
+            .entry(level(&m, policy.min_count))
+            .or_default()
+            .push(m);
+    }
     let mut written = Vec::new();
-    let mut at = 0;
-    while small.iter().any(|m| level(m, policy.min_count) >= at) {
-        let (members, rest): (Vec<ManifestFile>, Vec<ManifestFile>) = small
-            .into_iter()
-            .partition(|m| level(m, policy.min_count) == at);
+    for (at, members) in by_level {
         // At level 0 the new manifest of this commit counts too, as in Iceberg's
         // merge-append.
         let enough = match at {
@@ -183,38 +186,35 @@ async fn merge_kind(
         };
         if !enough {
             kept.extend(members);
-        } else {
-            for bin in pack(members, policy.target_bytes) {
-                if bin.len() < 2 {
-                    kept.extend(bin);
-                    continue;
-                }
-                let path = format!(
-                    "{}/metadata/{commit_id}-{snapshot_id}-{prefix}{}.avro",
-                    metadata.location(),
-                    written.len() + 1
-                );
-                let spec = metadata.default_partition_spec().as_ref().clone();
-                let merged = rewrite(
-                    metadata,
-                    (file_io, cache),
-                    snapshot_id,
-                    &path,
-                    &bin,
-                    (content, spec),
-                    &HashSet::new(),
-                )
-                .await?;
-                written.push(path);
-                // It merges again at its level in a later commit, not in this one: an
-                // intermediate manifest merged away at once would be left unreferenced.
-                kept.push(merged);
-            }
+            continue;
         }
-        small = rest;
-        at += 1;
+        for bin in pack(members, policy.target_bytes) {
+            if bin.len() < 2 {
+                kept.extend(bin);
+                continue;
+            }
+            let path = format!(
+                "{}/metadata/{commit_id}-{snapshot_id}-{prefix}{}.avro",
+                metadata.location(),
+                written.len() + 1
+            );
+            let spec = metadata.default_partition_spec().as_ref().clone();
+            let merged = rewrite(
+                metadata,
+                (file_io, cache),
+                snapshot_id,
+                &path,
+                &bin,
+                (content, spec),
+                &HashSet::new(),
+            )
+            .await?;
+            written.push(path);
+            // It merges again at its level in a later commit, not in this one: an
+            // intermediate manifest merged away at once would be left unreferenced.
+            kept.push(merged);
+        }
     }
-    kept.extend(small);
     Ok(Merged {
         manifests: kept,
         written,
