@@ -38,7 +38,7 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// How many manifests of a level above 0 merge into one of the next level (fewer when
 /// min-count is smaller).
-pub const LEVEL_FAN_IN: usize = 10;
+const LEVEL_FAN_IN: usize = 10;
 
 pub const MIN_COUNT_TO_MERGE: &str = "commit.manifest.min-count-to-merge";
 pub const TARGET_SIZE_BYTES: &str = "commit.manifest.target-size-bytes";
