@@ -249,26 +249,15 @@ fn estimated_size(manifest: &Manifest) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, ManifestContentType};
+    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat};
 
     fn listed(sequence_number: i64, added_snapshot_id: i64) -> ManifestFile {
         ManifestFile {
             manifest_path: "m.avro".into(),
-            manifest_length: 1,
-            partition_spec_id: 0,
-            content: ManifestContentType::Data,
             sequence_number,
             min_sequence_number: sequence_number,
             added_snapshot_id,
-            added_files_count: Some(1),
-            existing_files_count: Some(0),
-            deleted_files_count: Some(0),
-            added_rows_count: None,
-            existing_rows_count: None,
-            deleted_rows_count: None,
-            partitions: None,
-            key_metadata: None,
-            first_row_id: None,
+            ..crate::commit::merge::tests::manifest(1)
         }
     }
 

@@ -345,10 +345,11 @@ async fn entries_of(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn manifest(len: i64) -> ManifestFile {
+    /// A data manifest list entry of `len` bytes, without counts, for tests.
+    pub(crate) fn manifest(len: i64) -> ManifestFile {
         ManifestFile {
             manifest_path: format!("m{len}"),
             manifest_length: len,
