@@ -152,7 +152,7 @@ lint:
 # The release library builds while the Rust tests build and run: its last step (fat
 # link-time optimisation) runs on one core, and the tests mostly wait on services.
 test: header-check
-	$(MAKE) -j2 --output-sync=line rust-test lib
+	$(MAKE) -j2 rust-test lib
 	$(MAKE) abi-test go-test e2e-test
 
 clean:
