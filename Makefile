@@ -149,9 +149,12 @@ lint:
 	cd bench-configs/peers/iceberg-go && $(GO) vet ./...
 
 ## test: every Rust, Go and end-to-end test, installing and starting what they need.
-# The release library builds while the Rust tests build and run: its last step (fat
-# link-time optimisation) runs on one core, and the tests mostly wait on services.
-test: header-check
+# The Rust tests are built first; then the release library builds while they run (the
+# tests mostly wait on services and readers; its last step, fat link-time optimisation,
+# runs on one core). Building both at once was slower: two compilers fought over the
+# two cores.
+test: header-check py-deps
+	$(CARGO) test --all-targets --no-run
 	$(MAKE) -j2 rust-test lib
 	$(MAKE) abi-test go-test e2e-test
 
