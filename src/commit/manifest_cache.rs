@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use iceberg::io::FileIO;
-use iceberg::spec::{DataFile, Manifest, ManifestFile, ManifestStatus};
+use iceberg::spec::{DataFile, FormatVersion, Manifest, ManifestFile, ManifestStatus};
 
 use crate::rowops::lookup::KeySignature;
 use crate::sync::LockExt;
@@ -182,9 +182,14 @@ impl ManifestCache {
     /// iceberg-rust 0.10.1's Avro reader whatever its size, which made merging a hundred
     /// one-file manifests the largest part of a small commit's CPU. Only small manifests
     /// are kept (large ones merge rarely), and only until the head stops listing them.
-    pub fn remember_written(&self, path: &str, entries: Vec<WrittenEntry>) {
+    /// v2 tables only: v1 manifests do not store sequence numbers as written here, and
+    /// v3 ones are not merged.
+    pub fn remember_written(&self, version: FormatVersion, path: &str, entries: Vec<WrittenEntry>) {
         let mut written = self.written.locked();
-        if entries.len() <= MAX_WRITTEN_ENTRIES && written.len() < MAX_WRITTEN_MANIFESTS {
+        if version == FormatVersion::V2
+            && entries.len() <= MAX_WRITTEN_ENTRIES
+            && written.len() < MAX_WRITTEN_MANIFESTS
+        {
             written.insert(path.to_string(), Arc::new(entries));
         }
     }
@@ -307,10 +312,10 @@ mod tests {
     fn written_entries_are_kept_while_the_head_lists_them() {
         let cache = ManifestCache::default();
         let one = || vec![entry(ManifestStatus::Added, (Some(1), None, None))];
-        cache.remember_written("a.avro", one());
-        cache.remember_written("b.avro", one());
+        cache.remember_written(FormatVersion::V2, "a.avro", one());
+        cache.remember_written(FormatVersion::V2, "b.avro", one());
         let big = (0..=MAX_WRITTEN_ENTRIES).flat_map(|_| one()).collect();
-        cache.remember_written("big.avro", big);
+        cache.remember_written(FormatVersion::V2, "big.avro", big);
         assert!(cache.written("big.avro").is_none(), "too large to keep");
         let head = [ManifestFile {
             manifest_path: "b.avro".into(),

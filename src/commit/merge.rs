@@ -270,7 +270,7 @@ pub(crate) async fn rewrite(
     };
     let mut remembered = Vec::new();
     for source in bin {
-        for entry in entries_of(metadata, (file_io, cache), source).await? {
+        for entry in entries_of((file_io, cache), source).await? {
             if entry.status == ManifestStatus::Deleted {
                 continue;
             }
@@ -309,25 +309,20 @@ pub(crate) async fn rewrite(
         }
     }
     let manifest = writer.write_manifest_file().await?;
-    if metadata.format_version() == FormatVersion::V2 {
-        cache.remember_written(path, remembered);
-    }
+    cache.remember_written(metadata.format_version(), path, remembered);
     Ok(manifest)
 }
 
 /// The entries of `source` with what they inherit from its list entry: from the
-/// entries this writer remembers writing (v2 tables), else read from storage (where
+/// entries this writer remembers writing (v2 tables only), else read from storage (where
 /// iceberg-rust applies the same inheritance when loading: snapshot id from the
 /// manifest; sequence numbers for ADDED entries and for manifests written before v2,
 /// whose sequence number is 0).
 async fn entries_of(
-    metadata: &TableMetadata,
     (file_io, cache): (&FileIO, &ManifestCache),
     source: &ManifestFile,
 ) -> Result<Vec<WrittenEntry>> {
-    if metadata.format_version() == FormatVersion::V2
-        && let Some(written) = cache.written(&source.manifest_path)
-    {
+    if let Some(written) = cache.written(&source.manifest_path) {
         return Ok(written.iter().map(|e| e.inherited(source)).collect());
     }
     let manifest = source.load_manifest(file_io).await?;

@@ -221,17 +221,16 @@ async fn write_new_manifest(
         writer.add_file(file.clone(), -1)?;
     }
     let manifest = writer.write_manifest_file().await?;
-    if metadata.format_version() == FormatVersion::V2 {
-        // What `add_file` wrote: ADDED, this snapshot's id, sequence numbers inherited.
-        let entries = files.iter().map(|file| WrittenEntry {
-            status: ManifestStatus::Added,
-            snapshot_id: Some(snapshot_id),
-            sequence_number: None,
-            file_sequence_number: None,
-            data_file: file.clone(),
-        });
-        cache.remember_written(&manifest.manifest_path, entries.collect());
-    }
+    // What `add_file` wrote: ADDED, this snapshot's id, sequence numbers inherited.
+    let entries = files.iter().map(|file| WrittenEntry {
+        status: ManifestStatus::Added,
+        snapshot_id: Some(snapshot_id),
+        sequence_number: None,
+        file_sequence_number: None,
+        data_file: file.clone(),
+    });
+    let version = metadata.format_version();
+    cache.remember_written(version, &manifest.manifest_path, entries.collect());
     Ok(manifest)
 }
 
