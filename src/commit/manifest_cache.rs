@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use iceberg::io::FileIO;
 use iceberg::spec::{DataFile, FormatVersion, Manifest, ManifestFile, ManifestStatus};
 
+use super::manifest_writer::ManifestHeaders;
 use crate::rowops::lookup::KeySignature;
 use crate::sync::LockExt;
 
@@ -30,6 +31,7 @@ pub struct ManifestCache {
     cached: Mutex<Cached>,
     keys: Mutex<KeyHashes>,
     written: Mutex<HashMap<String, Arc<Vec<WrittenEntry>>>>,
+    headers: ManifestHeaders,
 }
 
 /// Manifests of at most this many entries that this writer wrote are remembered entry
@@ -104,6 +106,11 @@ struct Cached {
 }
 
 impl ManifestCache {
+    /// The Avro headers of the manifests this writer writes (see manifest_writer.rs).
+    pub fn headers(&self) -> &ManifestHeaders {
+        &self.headers
+    }
+
     /// `manifest`'s entries, read from storage the first time only.
     pub async fn load(
         &self,

@@ -28,12 +28,12 @@ use std::collections::{BTreeMap, HashSet};
 
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    FormatVersion, ManifestContentType, ManifestFile, ManifestStatus, ManifestWriterBuilder,
-    PartitionSpec, TableMetadata,
+    ManifestContentType, ManifestFile, ManifestStatus, PartitionSpec, TableMetadata,
 };
 use uuid::Uuid;
 
 use super::manifest_cache::{ManifestCache, WrittenEntry};
+use super::manifest_writer::write_manifest;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How many manifests of a level above 0 merge into one of the next level (fewer when
@@ -254,20 +254,6 @@ pub(crate) async fn rewrite(
     (content, spec): (ManifestContentType, PartitionSpec),
     removed: &HashSet<String>,
 ) -> Result<ManifestFile> {
-    let builder = ManifestWriterBuilder::new(
-        file_io.new_output(path)?,
-        Some(snapshot_id),
-        metadata.current_schema().clone(),
-        spec,
-    );
-    let deletes = content == ManifestContentType::Deletes;
-    let mut writer = match (metadata.format_version(), deletes) {
-        (FormatVersion::V1, _) => builder.build_v1(),
-        (FormatVersion::V2, false) => builder.build_v2_data(),
-        (FormatVersion::V2, true) => builder.build_v2_deletes(),
-        (FormatVersion::V3, false) => builder.build_v3_data(),
-        (FormatVersion::V3, true) => builder.build_v3_deletes(),
-    };
     let mut remembered = Vec::new();
     for source in bin {
         for entry in entries_of((file_io, cache), source).await? {
@@ -289,12 +275,9 @@ pub(crate) async fn rewrite(
             // closest known value (equal unless the file was rewritten by a compaction).
             let file_sequence = entry.file_sequence_number.or(Some(sequence));
             let file = entry.data_file;
-            let status = if removed.contains(file.file_path()) {
-                writer.add_delete_file(file.clone(), sequence, file_sequence)?;
-                ManifestStatus::Deleted
-            } else {
-                writer.add_existing_file(file.clone(), snapshot, sequence, file_sequence)?;
-                ManifestStatus::Existing
+            let status = match removed.contains(file.file_path()) {
+                true => ManifestStatus::Deleted,
+                false => ManifestStatus::Existing,
             };
             remembered.push(WrittenEntry {
                 status,
@@ -308,7 +291,15 @@ pub(crate) async fn rewrite(
             });
         }
     }
-    let manifest = writer.write_manifest_file().await?;
+    let manifest = write_manifest(
+        metadata,
+        (file_io, cache.headers()),
+        path,
+        snapshot_id,
+        (content, &spec),
+        &remembered,
+    )
+    .await?;
     cache.remember_written(metadata.format_version(), path, remembered);
     Ok(manifest)
 }

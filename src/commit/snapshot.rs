@@ -23,14 +23,14 @@ use std::collections::HashMap;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestList,
-    ManifestListWriter, ManifestStatus, ManifestWriterBuilder, Operation, Snapshot,
-    SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata,
-    UNASSIGNED_SEQUENCE_NUMBER,
+    ManifestListWriter, ManifestStatus, Operation, Snapshot, SnapshotReference, SnapshotRetention,
+    SnapshotSummaryCollector, Summary, TableMetadata, UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::{TableRequirement, TableUpdate};
 use uuid::Uuid;
 
 use super::manifest_cache::{ManifestCache, WrittenEntry};
+use super::manifest_writer::write_manifest;
 use super::merge::{MergePolicy, merge_manifests};
 use super::offsets::{
     MAX_RANGES, SourceOffsets, WRITER_ID_SUMMARY, committed_offsets, property_key, record_value,
@@ -193,44 +193,39 @@ async fn write_new_manifest(
         "{}/metadata/{commit_id}-{snapshot_id}-{name}.avro",
         metadata.location()
     );
-    let builder = ManifestWriterBuilder::new(
-        file_io.new_output(path)?,
-        Some(snapshot_id),
-        metadata.current_schema().clone(),
-        metadata.default_partition_spec().as_ref().clone(),
-    );
     let deletes = matches!(
         content,
         NewManifest::Deletes | NewManifest::PositionDeletes(_)
     );
-    let mut writer = match (metadata.format_version(), deletes) {
-        (FormatVersion::V1, false) => builder.build_v1(),
-        (FormatVersion::V2, false) => builder.build_v2_data(),
-        (FormatVersion::V3, false) => builder.build_v3_data(),
-        (FormatVersion::V1, true) => {
-            return Err(Error::config(
-                "delete files need an Iceberg format v2 table; this one is v1",
-            ));
-        }
-        (FormatVersion::V2, true) => builder.build_v2_deletes(),
-        (FormatVersion::V3, true) => builder.build_v3_deletes(),
+    let kind = match deletes {
+        true => ManifestContentType::Deletes,
+        false => ManifestContentType::Data,
     };
-    for file in files {
-        // A negative sequence number leaves it to be inherited from the manifest list,
-        // so the manifest stays valid if the snapshot is rebuilt after a conflict.
-        writer.add_file(file.clone(), -1)?;
-    }
-    let manifest = writer.write_manifest_file().await?;
-    // What `add_file` wrote: ADDED, this snapshot's id, sequence numbers inherited.
-    let entries = files.iter().map(|file| WrittenEntry {
-        status: ManifestStatus::Added,
-        snapshot_id: Some(snapshot_id),
-        sequence_number: None,
-        file_sequence_number: None,
-        data_file: file.clone(),
-    });
+    // ADDED, this snapshot's id; a missing sequence number is inherited from the
+    // manifest list, so the manifest stays valid if the snapshot is rebuilt after a
+    // conflict.
+    let entries: Vec<WrittenEntry> = files
+        .iter()
+        .map(|file| WrittenEntry {
+            status: ManifestStatus::Added,
+            snapshot_id: Some(snapshot_id),
+            sequence_number: None,
+            file_sequence_number: None,
+            data_file: file.clone(),
+        })
+        .collect();
+    let spec = metadata.default_partition_spec().as_ref();
+    let manifest = write_manifest(
+        metadata,
+        (file_io, cache.headers()),
+        &path,
+        snapshot_id,
+        (kind, spec),
+        &entries,
+    )
+    .await?;
     let version = metadata.format_version();
-    cache.remember_written(version, &manifest.manifest_path, entries.collect());
+    cache.remember_written(version, &manifest.manifest_path, entries);
     Ok(manifest)
 }
 
