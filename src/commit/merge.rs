@@ -393,4 +393,129 @@ pub(crate) mod tests {
         // An oversized manifest still gets a bin of its own.
         assert_eq!(pack(vec![manifest(20)], 10).len(), 1);
     }
+
+    fn data_file(i: usize) -> iceberg::spec::DataFile {
+        iceberg::spec::DataFileBuilder::default()
+            .content(iceberg::spec::DataContentType::Data)
+            .file_path(format!("memory:/t/data/{i}.parquet"))
+            .file_format(iceberg::spec::DataFileFormat::Parquet)
+            .partition(iceberg::spec::Struct::empty())
+            .record_count(i as u64 + 1)
+            .file_size_in_bytes(100)
+            .build()
+            .unwrap()
+    }
+
+    /// A merge reads the manifests this writer wrote from the entries it remembers; one
+    /// that cannot (another writer's manifests, a restart) reads them from storage. Both
+    /// must write the same entries: same status, snapshot ids and sequence numbers.
+    #[tokio::test]
+    async fn merging_remembered_entries_writes_what_merging_from_storage_does() {
+        let metadata = crate::commit::fixture::table("{}", 2, "", "");
+        let spec = metadata.default_partition_spec().as_ref().clone();
+        let io = FileIO::new_with_memory();
+        let remembering = ManifestCache::default();
+        // Three commits' manifests (ADDED, sequence numbers inherited from the list),
+        // and one an earlier merge wrote (EXISTING, its own numbers).
+        let written: Vec<(i64, i64, Vec<WrittenEntry>)> = vec![
+            (11, 4, vec![added(11, 0)]),
+            (12, 5, vec![added(12, 1), added(12, 2)]),
+            (13, 6, vec![added(13, 3)]),
+            (10, 3, vec![existing(7, 2, 4), existing(9, 3, 5)]),
+        ];
+        let mut listed = Vec::new();
+        for (i, (snapshot, sequence, entries)) in written.into_iter().enumerate() {
+            let path = format!("memory:/t/metadata/m{i}.avro");
+            let content = (ManifestContentType::Data, &spec);
+            let headers = remembering.headers();
+            let mut manifest = write_manifest(
+                &metadata,
+                (&io, headers),
+                &path,
+                snapshot,
+                content,
+                &entries,
+            )
+            .await
+            .unwrap();
+            remembering.remember_written(iceberg::spec::FormatVersion::V2, &path, entries);
+            // What the manifest list writer assigns when the commit lands.
+            manifest.sequence_number = sequence;
+            if manifest.min_sequence_number == iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER {
+                manifest.min_sequence_number = sequence;
+            }
+            listed.push(manifest);
+        }
+        // A copy-on-write commit removing one file as it merges.
+        let removed = HashSet::from(["memory:/t/data/2.parquet".to_string()]);
+        let merge = |cache, path| {
+            let (io, metadata, listed, removed, spec) = (&io, &metadata, &listed, &removed, &spec);
+            async move {
+                let content = (ManifestContentType::Data, spec.clone());
+                let merged = rewrite(metadata, (io, cache), 20, path, listed, content, removed)
+                    .await
+                    .unwrap();
+                let bytes = io.new_input(path).unwrap().read().await.unwrap();
+                let manifest = iceberg::spec::Manifest::parse_avro(&bytes).unwrap();
+                (merged, manifest.entries().to_vec())
+            }
+        };
+        let (from_memory, remembered) = merge(&remembering, "memory:/t/metadata/a.avro").await;
+        let fresh = ManifestCache::default();
+        let (from_storage, read) = merge(&fresh, "memory:/t/metadata/b.avro").await;
+        assert_eq!(remembered, read);
+        let same_list_entry = |m: ManifestFile| ManifestFile {
+            manifest_path: String::new(),
+            manifest_length: 0,
+            ..m
+        };
+        assert_eq!(same_list_entry(from_memory), same_list_entry(from_storage));
+        // And what both wrote is what the spec's inheritance gives.
+        let seen: Vec<_> = read
+            .iter()
+            .map(|e| {
+                let path = e.data_file().file_path().to_string();
+                (
+                    path,
+                    e.status(),
+                    e.snapshot_id(),
+                    e.sequence_number(),
+                    e.file_sequence_number,
+                )
+            })
+            .collect();
+        let at = |i: usize| format!("memory:/t/data/{i}.parquet");
+        use ManifestStatus::{Deleted, Existing};
+        assert_eq!(
+            seen,
+            vec![
+                (at(0), Existing, Some(11), Some(4), Some(4)),
+                (at(1), Existing, Some(12), Some(5), Some(5)),
+                (at(2), Deleted, Some(20), Some(5), Some(5)),
+                (at(3), Existing, Some(13), Some(6), Some(6)),
+                (at(4), Existing, Some(7), Some(2), Some(2)),
+                (at(5), Existing, Some(9), Some(3), Some(3)),
+            ]
+        );
+    }
+
+    fn added(snapshot: i64, i: usize) -> WrittenEntry {
+        WrittenEntry {
+            status: ManifestStatus::Added,
+            snapshot_id: Some(snapshot),
+            sequence_number: None,
+            file_sequence_number: None,
+            data_file: data_file(i),
+        }
+    }
+
+    fn existing(snapshot: i64, sequence: i64, i: usize) -> WrittenEntry {
+        WrittenEntry {
+            status: ManifestStatus::Existing,
+            snapshot_id: Some(snapshot),
+            sequence_number: Some(sequence),
+            file_sequence_number: Some(sequence),
+            data_file: data_file(i),
+        }
+    }
 }
