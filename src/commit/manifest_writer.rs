@@ -1044,6 +1044,21 @@ mod tests {
         let summary = &listed.partitions.unwrap()[7];
         let lower = summary.lower_bound.as_ref().map(|b| b.to_vec());
         assert_eq!(lower, Some((-42i64).to_le_bytes().to_vec()));
+        // iceberg-rust's writer, which wrote every manifest before, refuses them.
+        let content = (ManifestContentType::Data, spec);
+        let before = write_with_iceberg(
+            &metadata,
+            &io,
+            "memory:/t/refused.avro",
+            9,
+            content,
+            &entries,
+        )
+        .await;
+        assert!(
+            before.is_err(),
+            "iceberg-rust's writer took a pre-widening value"
+        );
     }
 
     #[test]
