@@ -162,6 +162,11 @@ impl Writer {
         })
     }
 
+    /// Whether `commit.exactly_once` is on (messages' positions are then recorded).
+    pub fn exactly_once(&self) -> bool {
+        self.options.writer_id.is_some()
+    }
+
     pub fn catalog(&self) -> &Arc<dyn Catalog> {
         &self.catalog
     }

@@ -332,6 +332,9 @@ pub unsafe extern "C" fn floe_writer_write(
                 "floe_writer_write: sources and message_offsets must be given together",
             ));
         }
+        // A source only matters with exactly-once on: without it, positions are not
+        // used, and a source that is not UTF-8 must not fail its message.
+        let sources = sources.filter(|_| writer.inner.exactly_once());
         let named = [
             ("namespace", &namespaces),
             ("table", &tables),

@@ -220,6 +220,30 @@ static void check_writes(floe_writer *writer) {
     unpack(r);
     unpack(t);
 
+    /* Without exactly-once, positions are not used: a source that is not UTF-8 fails
+     * nothing (hosts may send them whatever the config). */
+    const char *sourced_rows[] = {"{\"id\": 20}", "{\"id\": 21}"};
+    const char *sources[] = {"topic/0", "\xff\xfe"};
+    int64_t source_positions[] = {1, 2};
+    struct packed sr = pack(sourced_rows, 2), ss = pack(sources, 2);
+    floe_batch sourced = {0};
+    sourced.data = sr.data;
+    sourced.offsets = sr.offsets;
+    sourced.count = 2;
+    sourced.sources = ss.data;
+    sourced.source_offsets = ss.offsets;
+    sourced.message_offsets = source_positions;
+    result = write_all(writer, &sourced, NULL, &status);
+    CHECK(status == FLOE_STATUS_OK, "sourced status %u", status);
+    CHECK(floe_batch_result_failed_count(result) == 0 && floe_batch_result_rows(result) == 2,
+          "a source that is not UTF-8, exactly-once off: %s",
+          floe_batch_result_failed_count(result)
+              ? message_of((floe_error *)floe_batch_result_failure(result, 1))
+              : "rows missing");
+    floe_batch_result_free(result);
+    unpack(sr);
+    unpack(ss);
+
     /* A new field evolves the schema, which floe logs at info level. */
     const char *evolving[] = {"{\"id\": 5, \"name\": \"e\", \"extra\": true}"};
     struct packed e = pack(evolving, 1);
@@ -396,7 +420,7 @@ int main(int argc, char **argv) {
     floe_writer *writer = open_writer(argv[1]);
     if (writer == NULL) return 1;
     check_writes(writer);
-    uint64_t rows = 2 + 3 + 1, unknown = 0;
+    uint64_t rows = 2 + 3 + 2 + 1, unknown = 0;
     check_stats(writer, rows, rows);
     check_concurrent_writes_and_cancel(writer, &rows, &unknown);
     check_stats(writer, rows, rows + unknown);
