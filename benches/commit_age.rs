@@ -17,8 +17,9 @@
 //! reach 10,000 snapshots (it rewrites the whole metadata file each time). So between ages
 //! the table grows by FLOE_BENCH_GROW_BY snapshots per catalog request (default 500;
 //! 1 grows it with real commits): copies of floe's last snapshot (same manifest list and
-//! summary), so the metadata the catalog answers with grows as a streaming table's does,
-//! while the head's manifests are what floe's own commits left. floe's first commit after
+//! summary), so the snapshots kept and the metadata the catalog answers with grow, while
+//! the head's manifests and files stay those of the real commits (merges of a long
+//! history are not what this measures; FLOE_BENCH_GROW_BY=1 measures them). floe's first commit after
 //! each growth finds the table moved, reloads it and retries; it is not measured.
 //!
 //! `cargo bench --bench commit_age` (FLOE_BENCH_AGES="1,1000", FLOE_BENCH_COMMITS,

@@ -10,7 +10,8 @@
 //! to Avro binary, field by field in the order of the v2 `manifest_entry` schema.
 //!
 //! Format v1 and v3 tables, and partition fields of types it does not encode (decimal,
-//! uuid, fixed, binary), are written by iceberg-rust's writer: same files, its speed.
+//! uuid, fixed, binary, time), are written by iceberg-rust's writer: same files, its
+//! speed.
 
 use std::sync::{Arc, Mutex};
 
@@ -134,6 +135,9 @@ fn encoded_partition_types(
     Ok(Some(types))
 }
 
+/// The partition value types this writer encodes: those whose Avro form and summary
+/// bounds it builds with iceberg-rust's public API. Time is left out because
+/// `Datum::time_micros` refuses values iceberg-rust's writer takes.
 fn encodes(ty: &PrimitiveType) -> bool {
     use PrimitiveType::*;
     matches!(
@@ -222,6 +226,17 @@ fn check_entry(content: ManifestContentType, snapshot_id: i64, entry: &WrittenEn
             ),
         ));
     }
+    if entry.status == ManifestStatus::Existing && entry.snapshot_id.is_none() {
+        // Written as null, it would be inherited from the manifest list: the merge's
+        // snapshot instead of the one that added the file.
+        return Err(Error::new(
+            ErrorKind::Internal,
+            format!(
+                "manifest entry {} is EXISTING without the snapshot that added it",
+                entry.data_file.file_path()
+            ),
+        ));
+    }
     let needs_sequence = entry.status != ManifestStatus::Added;
     if needs_sequence && (entry.sequence_number.is_none() || entry.file_sequence_number.is_none()) {
         return Err(Error::new(
@@ -264,19 +279,27 @@ async fn write_with_iceberg(
         (FormatVersion::V3, false) => builder.build_v3_data(),
         (FormatVersion::V3, true) => builder.build_v3_deletes(),
     };
+    // Callers go through `check_entry` first: EXISTING entries have a snapshot id, and
+    // EXISTING and DELETED ones their sequence numbers.
     for entry in entries {
         let file = entry.data_file.clone();
         let (sequence, file_sequence) = (entry.sequence_number, entry.file_sequence_number);
-        match entry.status {
-            ManifestStatus::Added => writer.add_file(file, sequence.unwrap_or(-1))?,
-            ManifestStatus::Existing => writer.add_existing_file(
-                file,
-                entry.snapshot_id.unwrap_or(snapshot_id),
-                sequence.unwrap_or_default(),
-                file_sequence,
-            )?,
-            ManifestStatus::Deleted => {
-                writer.add_delete_file(file, sequence.unwrap_or_default(), file_sequence)?
+        match (entry.status, entry.snapshot_id, sequence) {
+            (ManifestStatus::Added, _, _) => writer.add_file(file, sequence.unwrap_or(-1))?,
+            (ManifestStatus::Existing, Some(snapshot), Some(sequence)) => {
+                writer.add_existing_file(file, snapshot, sequence, file_sequence)?
+            }
+            (ManifestStatus::Deleted, _, Some(sequence)) => {
+                writer.add_delete_file(file, sequence, file_sequence)?
+            }
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "manifest entry {} is incomplete",
+                        entry.data_file.file_path()
+                    ),
+                ));
             }
         }
     }
@@ -890,6 +913,29 @@ mod tests {
         .await;
         for version in [1, 3] {
             let metadata = table(version);
+            let io = FileIO::new_with_memory();
+            let data = file(
+                "memory:/t/data/a.parquet",
+                DataContentType::Data,
+                partition(Some("b"), 1.5),
+            );
+            let spec = metadata.default_partition_spec().as_ref();
+            let entries = [entry(ManifestStatus::Added, None, data)];
+            let content = (ManifestContentType::Data, spec);
+            write_manifest(
+                &metadata,
+                (&io, &headers),
+                "memory:/t/v.avro",
+                9,
+                content,
+                &entries,
+            )
+            .await
+            .unwrap();
+            assert!(
+                headers.known.locked().is_empty(),
+                "v{version} went to floe's encoder"
+            );
             let data = file(
                 "memory:/t/data/a.parquet",
                 DataContentType::Data,
@@ -992,6 +1038,14 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("sequence numbers")
+        );
+        let mut orphan = entry(ManifestStatus::Existing, Some(2), data.clone());
+        orphan.snapshot_id = None;
+        let orphaned = write(vec![orphan], ManifestContentType::Data).await;
+        let refused = orphaned.unwrap_err().to_string();
+        assert!(
+            refused.contains("without the snapshot that added it"),
+            "{refused}"
         );
         let wrong = Struct::from_iter([Some(Literal::long(1))]);
         let mismatched = file("memory:/t/data/b.parquet", DataContentType::Data, wrong);

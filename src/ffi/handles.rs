@@ -188,9 +188,9 @@ pub unsafe extern "C" fn floe_writer_free(writer: *mut FloeWriter) {
 /// config's value applies to every message); when given they use the same layout with
 /// their own offsets, and an empty entry means "use the config's value". `operations`
 /// likewise (NULL or empty entries: `insert`). `sources`/`source_offsets` and
-/// `message_offsets` carry exactly-once positions (both NULL unless
-/// `commit.exactly_once` is configured): message `i` came from source `sources[i]` at
-/// offset `message_offsets[i]`. `types`/`type_offsets` (NULL when the output has no
+/// `message_offsets` carry exactly-once positions (given together or not at all, and
+/// only read when `commit.exactly_once` is configured): message `i` came from source
+/// `sources[i]` at offset `message_offsets[i]`. `types`/`type_offsets` (NULL when the output has no
 /// schema metadata or type mapping) carry each message's explicit column types.
 #[repr(C)]
 pub struct FloeBatch {
