@@ -408,6 +408,44 @@ static void check_concurrent_writes_and_cancel(floe_writer *writer, uint64_t *ro
     floe_cancel_token_free(NULL);
 }
 
+/* With exactly-once on, a message's source is its position: one that is not UTF-8 fails
+ * that message (and only it). */
+static void check_exactly_once_sources(const char *warehouse) {
+    char config[4096];
+    snprintf(config, sizeof config,
+             "{\"catalog\": {\"warehouse\": \"%s\"}, \"namespace\": \"abi\","
+             " \"table\": \"exactly_once\", \"schema_evolution\": {\"enabled\": true},"
+             " \"commit\": {\"exactly_once\": {\"writer_id\": \"abi\"}}}",
+             warehouse);
+    floe_writer *writer = NULL;
+    floe_error *err = NULL;
+    floe_status status = floe_writer_open((const uint8_t *)config, strlen(config), &writer, &err);
+    CHECK(status == FLOE_STATUS_OK, "open exactly-once: %s", message_of(err));
+    floe_error_free(err);
+    if (writer == NULL) return;
+    const char *rows[] = {"{\"id\": 30}", "{\"id\": 31}"};
+    const char *sources[] = {"topic/0", "\xff\xfe"};
+    int64_t positions[] = {1, 2};
+    struct packed r = pack(rows, 2), src = pack(sources, 2);
+    floe_batch batch = {0};
+    batch.data = r.data;
+    batch.offsets = r.offsets;
+    batch.count = 2;
+    batch.sources = src.data;
+    batch.source_offsets = src.offsets;
+    batch.message_offsets = positions;
+    floe_batch_result *result = write_all(writer, &batch, NULL, &status);
+    CHECK(status == FLOE_STATUS_OK, "exactly-once status %u", status);
+    CHECK(floe_batch_result_rows(result) == 1 && floe_batch_result_failed_count(result) == 1 &&
+              floe_error_status(floe_batch_result_failure(result, 1)) == FLOE_STATUS_DATA,
+          "a source that is not UTF-8, exactly-once on: rows %zu, failed %zu",
+          floe_batch_result_rows(result), floe_batch_result_failed_count(result));
+    floe_batch_result_free(result);
+    unpack(r);
+    unpack(src);
+    floe_writer_free(writer);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s <empty warehouse folder>\n", argv[0]);
@@ -417,6 +455,7 @@ int main(int argc, char **argv) {
     check_version_config_and_errors();
     check_open_misuse(argv[1]);
 
+    check_exactly_once_sources(argv[1]);
     floe_writer *writer = open_writer(argv[1]);
     if (writer == NULL) return 1;
     check_writes(writer);
