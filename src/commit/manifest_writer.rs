@@ -23,7 +23,7 @@ use iceberg::spec::{
     SchemaRef, TableMetadata, Type, UNASSIGNED_SEQUENCE_NUMBER,
 };
 
-use super::manifest_cache::WrittenEntry;
+use super::manifest_cache::{ManifestCache, WrittenEntry};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sync::LockExt;
 
@@ -158,8 +158,24 @@ fn encodes(ty: &PrimitiveType) -> bool {
 
 /// Writes `entries` as one manifest of `content` under `spec` at `path` (for the commit
 /// of snapshot `snapshot_id`) and returns its manifest list entry. Entries are written
-/// as given: an ADDED entry without sequence numbers inherits them from the manifest list.
+/// as given: an ADDED entry without sequence numbers inherits them from the manifest
+/// list. The cache remembers them, so a later merge need not read the manifest back.
 pub(crate) async fn write_manifest(
+    metadata: &TableMetadata,
+    (file_io, cache): (&FileIO, &ManifestCache),
+    path: &str,
+    snapshot_id: i64,
+    (content, spec): (ManifestContentType, &PartitionSpec),
+    entries: Vec<WrittenEntry>,
+) -> Result<ManifestFile> {
+    let io = (file_io, cache.headers());
+    let manifest =
+        write_entries(metadata, io, path, snapshot_id, (content, spec), &entries).await?;
+    cache.remember_written(metadata.format_version(), path, entries);
+    Ok(manifest)
+}
+
+async fn write_entries(
     metadata: &TableMetadata,
     (file_io, headers): (&FileIO, &ManifestHeaders),
     path: &str,
@@ -186,7 +202,12 @@ pub(crate) async fn write_manifest(
         )
         .await;
     };
-    let bytes = encode_manifest(&header, entries)?;
+    // Each entry's partition values, as the spec's types: encoded, then summarised.
+    let partitions = entries
+        .iter()
+        .map(|e| partition_datums(&e.data_file, &header.partition_types))
+        .collect::<Result<Vec<_>>>()?;
+    let bytes = encode_manifest(&header, entries, &partitions)?;
     let length = bytes.len() as i64;
     file_io.new_output(path)?.write(Bytes::from(bytes)).await?;
     list_entry(
@@ -195,58 +216,48 @@ pub(crate) async fn write_manifest(
         snapshot_id,
         (content, spec),
         entries,
-        &header.partition_types,
+        &partitions,
     )
 }
 
 /// What iceberg-rust's writer refuses: a file of the other content, and EXISTING or
-/// DELETED entries without both sequence numbers. And ADDED and DELETED entries must name
-/// the snapshot written, which iceberg-rust's writer puts in whatever they say: what is
-/// written is then what the caller remembers.
+/// DELETED entries without both sequence numbers. And what would be written other than
+/// the caller remembers it: ADDED and DELETED entries not naming the snapshot written
+/// (iceberg-rust's writer puts that in whatever they say), EXISTING ones naming none
+/// (null is inherited from the manifest list: the merge's snapshot, not the one that
+/// added the file).
 fn check_entry(content: ManifestContentType, snapshot_id: i64, entry: &WrittenEntry) -> Result<()> {
-    if entry.status != ManifestStatus::Existing && entry.snapshot_id != Some(snapshot_id) {
-        return Err(Error::new(
+    let file = &entry.data_file;
+    let refuse = |why: String| {
+        Err(Error::new(
             ErrorKind::Internal,
             format!(
-                "manifest entry {} is {:?} by snapshot {:?}, not by {snapshot_id}",
-                entry.data_file.file_path(),
-                entry.status,
-                entry.snapshot_id
-            ),
-        ));
-    }
-    let is_data = entry.data_file.content_type() == iceberg::spec::DataContentType::Data;
-    if is_data != (content == ManifestContentType::Data) {
-        return Err(Error::new(
-            ErrorKind::Internal,
-            format!(
-                "{} ({:?}) does not belong in a {content} manifest",
-                entry.data_file.file_path(),
-                entry.data_file.content_type()
-            ),
-        ));
-    }
-    if entry.status == ManifestStatus::Existing && entry.snapshot_id.is_none() {
-        // Written as null, it would be inherited from the manifest list: the merge's
-        // snapshot instead of the one that added the file.
-        return Err(Error::new(
-            ErrorKind::Internal,
-            format!(
-                "manifest entry {} is EXISTING without the snapshot that added it",
-                entry.data_file.file_path()
-            ),
-        ));
-    }
-    let needs_sequence = entry.status != ManifestStatus::Added;
-    if needs_sequence && (entry.sequence_number.is_none() || entry.file_sequence_number.is_none()) {
-        return Err(Error::new(
-            ErrorKind::Internal,
-            format!(
-                "manifest entry {} is {:?} without its sequence numbers",
-                entry.data_file.file_path(),
+                "manifest entry {} ({:?}): {why}",
+                file.file_path(),
                 entry.status
             ),
+        ))
+    };
+    let is_data = file.content_type() == iceberg::spec::DataContentType::Data;
+    if is_data != (content == ManifestContentType::Data) {
+        return refuse(format!(
+            "a {:?} file does not belong in a {content} manifest",
+            file.content_type()
         ));
+    }
+    match (entry.status, entry.snapshot_id) {
+        (ManifestStatus::Existing, None) => {
+            return refuse("without the snapshot that added it".into());
+        }
+        (ManifestStatus::Existing, Some(_)) => {}
+        (_, named) if named != Some(snapshot_id) => {
+            return refuse(format!("by snapshot {named:?}, not by {snapshot_id}"));
+        }
+        _ => {}
+    }
+    let sequenced = entry.sequence_number.is_some() && entry.file_sequence_number.is_some();
+    if entry.status != ManifestStatus::Added && !sequenced {
+        return refuse("without its sequence numbers".into());
     }
     Ok(())
 }
@@ -306,11 +317,16 @@ async fn write_with_iceberg(
     Ok(writer.write_manifest_file().await?)
 }
 
-/// The whole Avro file: the header, then one block of every entry.
-fn encode_manifest(header: &Header, entries: &[WrittenEntry]) -> Result<Vec<u8>> {
+/// The whole Avro file: the header, then one block of every entry (with its partition
+/// values, `partitions[i]`).
+fn encode_manifest(
+    header: &Header,
+    entries: &[WrittenEntry],
+    partitions: &[Vec<Option<Datum>>],
+) -> Result<Vec<u8>> {
     let mut block = Vec::with_capacity(512 * entries.len());
-    for entry in entries {
-        encode_entry(&mut block, entry, &header.partition_types)?;
+    for (entry, partition) in entries.iter().zip(partitions) {
+        encode_entry(&mut block, entry, partition)?;
     }
     let mut out = Vec::with_capacity(header.bytes.len() + block.len() + 32);
     out.extend_from_slice(&header.bytes);
@@ -327,7 +343,7 @@ fn encode_manifest(header: &Header, entries: &[WrittenEntry]) -> Result<Vec<u8>>
 fn encode_entry(
     out: &mut Vec<u8>,
     entry: &WrittenEntry,
-    partition: &[PrimitiveType],
+    partition: &[Option<Datum>],
 ) -> Result<()> {
     avro::long(out, entry.status as i64);
     avro::optional(out, entry.snapshot_id, avro::long);
@@ -340,11 +356,11 @@ fn encode_entry(
 /// record_count, file_size_in_bytes, the six metric maps, key_metadata, split_offsets,
 /// equality_ids, sort_order_id, first_row_id, referenced_data_file, content_offset,
 /// content_size_in_bytes. The metric maps are always present, as iceberg-rust writes them.
-fn encode_data_file(out: &mut Vec<u8>, file: &DataFile, partition: &[PrimitiveType]) -> Result<()> {
+fn encode_data_file(out: &mut Vec<u8>, file: &DataFile, partition: &[Option<Datum>]) -> Result<()> {
     avro::long(out, file.content_type() as i64);
     avro::string(out, file.file_path());
     avro::string(out, &file.file_format().to_string().to_ascii_uppercase());
-    encode_partition(out, file, partition)?;
+    encode_partition(out, partition)?;
     avro::long(out, as_long(file.record_count())?);
     avro::long(out, as_long(file.file_size_in_bytes())?);
     for counts in [
@@ -399,22 +415,49 @@ fn as_long(n: u64) -> Result<i64> {
     i64::try_from(n).map_err(|_| Error::new(ErrorKind::Internal, format!("{n} exceeds a long")))
 }
 
-/// The partition tuple: each field optional, encoded by its type.
-fn encode_partition(out: &mut Vec<u8>, file: &DataFile, types: &[PrimitiveType]) -> Result<()> {
+/// A file's partition values as the partition type's `types` (see [`as_datum`]).
+fn partition_datums(file: &DataFile, types: &[PrimitiveType]) -> Result<Vec<Option<Datum>>> {
     let values = file.partition();
     if values.fields().len() != types.len() {
         return Err(partition_mismatch(file));
     }
-    for (value, ty) in values.iter().zip(types) {
-        let Some(value) = value else {
+    values
+        .iter()
+        .zip(types)
+        .map(|(value, ty)| match value {
+            None => Ok(None),
+            Some(value) => value
+                .as_primitive_literal()
+                .and_then(|literal| as_datum(ty, literal))
+                .map(Some)
+                .ok_or_else(|| partition_mismatch(file)),
+        })
+        .collect()
+}
+
+/// The partition tuple: each field optional, encoded as Avro encodes its Iceberg type
+/// (dates as int, timestamps as long, floats little-endian: by the datum's literal).
+fn encode_partition(out: &mut Vec<u8>, partition: &[Option<Datum>]) -> Result<()> {
+    for value in partition {
+        let Some(datum) = value else {
             avro::union_branch(out, 0);
             continue;
         };
-        let literal = value
-            .as_primitive_literal()
-            .ok_or_else(|| partition_mismatch(file))?;
         avro::union_branch(out, 1);
-        encode_partition_value(out, ty, &literal).ok_or_else(|| partition_mismatch(file))?;
+        match datum.literal() {
+            PrimitiveLiteral::Boolean(b) => out.push(u8::from(*b)),
+            PrimitiveLiteral::Int(n) => avro::long(out, (*n).into()),
+            PrimitiveLiteral::Long(n) => avro::long(out, *n),
+            PrimitiveLiteral::Float(f) => out.extend_from_slice(&f.0.to_le_bytes()),
+            PrimitiveLiteral::Double(f) => out.extend_from_slice(&f.0.to_le_bytes()),
+            PrimitiveLiteral::String(s) => avro::string(out, s),
+            other => {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!("no Avro encoding for partition value {other:?}"),
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -429,35 +472,6 @@ fn partition_mismatch(file: &DataFile) -> Error {
     )
 }
 
-/// One partition value as Avro encodes its Iceberg type: dates as int, timestamps as
-/// long, floats little-endian. Values written before their source column was widened
-/// (int to long, float to double: floe's schema evolution does both) are written as the
-/// wider type, which the partition type now is: iceberg-rust's writer refuses them, so a
-/// merge of manifests from before the widening would fail on every commit.
-fn encode_partition_value(
-    out: &mut Vec<u8>,
-    ty: &PrimitiveType,
-    literal: &PrimitiveLiteral,
-) -> Option<()> {
-    use PrimitiveType as T;
-    match (ty, literal) {
-        (T::Boolean, PrimitiveLiteral::Boolean(b)) => out.push(u8::from(*b)),
-        (T::Int | T::Date | T::Long, PrimitiveLiteral::Int(n)) => avro::long(out, (*n).into()),
-        (
-            T::Long | T::Timestamp | T::Timestamptz | T::TimestampNs | T::TimestamptzNs,
-            PrimitiveLiteral::Long(n),
-        ) => avro::long(out, *n),
-        (T::Float, PrimitiveLiteral::Float(f)) => out.extend_from_slice(&f.0.to_le_bytes()),
-        (T::Double, PrimitiveLiteral::Float(f)) => {
-            out.extend_from_slice(&f64::from(f.0).to_le_bytes())
-        }
-        (T::Double, PrimitiveLiteral::Double(f)) => out.extend_from_slice(&f.0.to_le_bytes()),
-        (T::String, PrimitiveLiteral::String(s)) => avro::string(out, s),
-        _ => return None,
-    }
-    Some(())
-}
-
 /// The manifest list entry of a manifest written from `entries`, with the counts and
 /// partition summaries iceberg-rust's writer gives: sequence number unassigned (the
 /// manifest list writer sets it), the least data sequence number among live entries.
@@ -467,7 +481,7 @@ fn list_entry(
     snapshot_id: i64,
     (content, spec): (ManifestContentType, &PartitionSpec),
     entries: &[WrittenEntry],
-    partition_types: &[PrimitiveType],
+    partitions: &[Vec<Option<Datum>>],
 ) -> Result<ManifestFile> {
     let (mut files, mut rows) = ([0u32; 3], [0u64; 3]);
     let mut min_sequence = None::<i64>;
@@ -499,20 +513,19 @@ fn list_entry(
         added_rows_count: Some(rows[0]),
         existing_rows_count: Some(rows[1]),
         deleted_rows_count: Some(rows[2]),
-        partitions: Some(partition_summaries(entries, partition_types)?),
+        partitions: Some(partition_summaries(partitions, spec.fields().len())?),
         key_metadata: None,
         first_row_id: None,
     })
 }
 
-/// Per partition field, over every entry (DELETED ones too, as iceberg-rust counts them):
-/// whether a value is null or NaN, and the least and greatest other value.
+/// Per partition field, over every entry's values (DELETED ones too, as iceberg-rust
+/// counts them): whether a value is null or NaN, and the least and greatest other value.
 fn partition_summaries(
-    entries: &[WrittenEntry],
-    types: &[PrimitiveType],
+    partitions: &[Vec<Option<Datum>>],
+    fields: usize,
 ) -> Result<Vec<FieldSummary>> {
-    let mut summaries: Vec<(FieldSummary, Option<Datum>, Option<Datum>)> = types
-        .iter()
+    let mut bounds: Vec<(FieldSummary, Option<&Datum>, Option<&Datum>)> = (0..fields)
         .map(|_| {
             let summary = FieldSummary {
                 contains_null: false,
@@ -523,41 +536,37 @@ fn partition_summaries(
             (summary, None, None)
         })
         .collect();
-    for entry in entries {
-        let file = &entry.data_file;
-        for ((value, ty), (summary, lower, upper)) in
-            file.partition().iter().zip(types).zip(summaries.iter_mut())
-        {
-            let Some(value) = value else {
-                summary.contains_null = true;
-                continue;
-            };
-            let datum = value
-                .as_primitive_literal()
-                .and_then(|literal| as_datum(ty, literal))
-                .ok_or_else(|| partition_mismatch(file))?;
-            if datum.is_nan() {
-                summary.contains_nan = Some(true);
-                continue;
-            }
-            if lower.as_ref().is_none_or(|l| datum < *l) {
-                *lower = Some(datum.clone());
-            }
-            if upper.as_ref().is_none_or(|u| datum > *u) {
-                *upper = Some(datum);
+    for partition in partitions {
+        for (value, (summary, lower, upper)) in partition.iter().zip(bounds.iter_mut()) {
+            match value {
+                None => summary.contains_null = true,
+                Some(datum) if datum.is_nan() => summary.contains_nan = Some(true),
+                Some(datum) => {
+                    if lower.is_none_or(|l| datum < l) {
+                        *lower = Some(datum);
+                    }
+                    if upper.is_none_or(|u| datum > u) {
+                        *upper = Some(datum);
+                    }
+                }
             }
         }
     }
-    summaries
+    bounds
         .into_iter()
         .map(|(mut summary, lower, upper)| {
-            summary.lower_bound = lower.map(|d| d.to_bytes()).transpose()?;
-            summary.upper_bound = upper.map(|d| d.to_bytes()).transpose()?;
+            summary.lower_bound = lower.map(Datum::to_bytes).transpose()?;
+            summary.upper_bound = upper.map(Datum::to_bytes).transpose()?;
             Ok(summary)
         })
         .collect()
 }
 
+/// A partition value as a datum of the partition field's type, for the types this writer
+/// encodes. Values written before their source column was widened (int to long, float to
+/// double: floe's schema evolution does both) become the wider type, which the partition
+/// type now is: iceberg-rust's writer refuses them, so a merge of manifests from before
+/// the widening would fail on every commit.
 fn as_datum(ty: &PrimitiveType, literal: PrimitiveLiteral) -> Option<Datum> {
     use PrimitiveType as T;
     Some(match (ty, literal) {
@@ -768,15 +777,15 @@ mod tests {
         entries: &[WrittenEntry],
     ) {
         let io = FileIO::new_with_memory();
-        let headers = ManifestHeaders::default();
+        let cache = ManifestCache::default();
         let spec = metadata.partition_spec_by_id(spec_id).unwrap();
         let ours = write_manifest(
             metadata,
-            (&io, &headers),
+            (&io, &cache),
             "memory:/t/ours.avro",
             9,
             (content, spec),
-            entries,
+            entries.to_vec(),
         )
         .await
         .unwrap();
@@ -884,8 +893,9 @@ mod tests {
         // A decimal partition field, and a v1 and a v3 table.
         let metadata = table(2);
         let spec = metadata.partition_spec_by_id(1).unwrap();
-        let headers = ManifestHeaders::default();
-        let header = headers
+        let cache = ManifestCache::default();
+        let header = cache
+            .headers()
             .header(metadata.current_schema(), spec, ManifestContentType::Data)
             .await
             .unwrap();
@@ -924,16 +934,16 @@ mod tests {
             let content = (ManifestContentType::Data, spec);
             write_manifest(
                 &metadata,
-                (&io, &headers),
+                (&io, &cache),
                 "memory:/t/v.avro",
                 9,
                 content,
-                &entries,
+                entries.to_vec(),
             )
             .await
             .unwrap();
             assert!(
-                headers.known.locked().is_empty(),
+                cache.headers().known.locked().is_empty(),
                 "v{version} went to floe's encoder"
             );
             let data = file(
@@ -956,19 +966,22 @@ mod tests {
         let metadata = table(2);
         let spec = metadata.default_partition_spec().as_ref();
         let schema = metadata.current_schema();
-        let headers = ManifestHeaders::default();
-        let data = headers
+        let cache = ManifestCache::default();
+        let data = cache
+            .headers()
             .header(schema, spec, ManifestContentType::Data)
             .await
             .unwrap()
             .unwrap();
-        let again = headers
+        let again = cache
+            .headers()
             .header(schema, spec, ManifestContentType::Data)
             .await
             .unwrap()
             .unwrap();
         assert!(Arc::ptr_eq(&data, &again), "built once");
-        let deletes = headers
+        let deletes = cache
+            .headers()
             .header(schema, spec, ManifestContentType::Deletes)
             .await
             .unwrap()
@@ -981,7 +994,8 @@ mod tests {
                 .build()
                 .unwrap(),
         );
-        let other = headers
+        let other = cache
+            .headers()
             .header(&evolved, spec, ManifestContentType::Data)
             .await
             .unwrap()
@@ -996,18 +1010,18 @@ mod tests {
     async fn entries_that_iceberg_rust_refuses_are_refused() {
         let metadata = table(2);
         let io = FileIO::new_with_memory();
-        let headers = ManifestHeaders::default();
+        let cache = ManifestCache::default();
         let spec = metadata.default_partition_spec().as_ref();
         let write = |entries: Vec<WrittenEntry>, content| {
-            let (io, headers, metadata) = (&io, &headers, &metadata);
+            let (io, cache, metadata) = (&io, &cache, &metadata);
             async move {
                 write_manifest(
                     metadata,
-                    (io, headers),
+                    (io, cache),
                     "memory:/t/x.avro",
                     9,
                     (content, spec),
-                    &entries,
+                    entries,
                 )
                 .await
             }
@@ -1078,15 +1092,15 @@ mod tests {
         let io = FileIO::new_with_memory();
         let spec = metadata.default_partition_spec().as_ref();
         let entries = [entry(ManifestStatus::Existing, Some(1), old)];
-        let headers = ManifestHeaders::default();
+        let cache = ManifestCache::default();
         let path = "memory:/t/widened.avro";
         let listed = write_manifest(
             &metadata,
-            (&io, &headers),
+            (&io, &cache),
             path,
             9,
             (ManifestContentType::Data, spec),
-            &entries,
+            entries.to_vec(),
         )
         .await
         .unwrap();

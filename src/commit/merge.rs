@@ -291,17 +291,15 @@ pub(crate) async fn rewrite(
             });
         }
     }
-    let manifest = write_manifest(
+    write_manifest(
         metadata,
-        (file_io, cache.headers()),
+        (file_io, cache),
         path,
         snapshot_id,
         (content, &spec),
-        &remembered,
+        remembered,
     )
-    .await?;
-    cache.remember_written(metadata.format_version(), path, remembered);
-    Ok(manifest)
+    .await
 }
 
 /// The entries of `source` with what they inherit from its list entry: from the
@@ -427,18 +425,16 @@ pub(crate) mod tests {
         for (i, (snapshot, sequence, entries)) in written.into_iter().enumerate() {
             let path = format!("memory:/t/metadata/m{i}.avro");
             let content = (ManifestContentType::Data, &spec);
-            let headers = remembering.headers();
             let mut manifest = write_manifest(
                 &metadata,
-                (&io, headers),
+                (&io, &remembering),
                 &path,
                 snapshot,
                 content,
-                &entries,
+                entries,
             )
             .await
             .unwrap();
-            remembering.remember_written(iceberg::spec::FormatVersion::V2, &path, entries);
             // What the manifest list writer assigns when the commit lands.
             manifest.sequence_number = sequence;
             if manifest.min_sequence_number == iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER {

@@ -215,18 +215,15 @@ async fn write_new_manifest(
         })
         .collect();
     let spec = metadata.default_partition_spec().as_ref();
-    let manifest = write_manifest(
+    write_manifest(
         metadata,
-        (file_io, cache.headers()),
+        (file_io, cache),
         &path,
         snapshot_id,
         (kind, spec),
-        &entries,
+        entries,
     )
-    .await?;
-    let version = metadata.format_version();
-    cache.remember_written(version, &manifest.manifest_path, entries);
-    Ok(manifest)
+    .await
 }
 
 /// Each running total with the summary figures that add to and take from it.

@@ -190,8 +190,9 @@ pub unsafe extern "C" fn floe_writer_free(writer: *mut FloeWriter) {
 /// likewise (NULL or empty entries: `insert`). `sources`/`source_offsets` and
 /// `message_offsets` carry exactly-once positions (given together or not at all, and
 /// only read when `commit.exactly_once` is configured): message `i` came from source
-/// `sources[i]` at offset `message_offsets[i]`. `types`/`type_offsets` (NULL when the output has no
-/// schema metadata or type mapping) carry each message's explicit column types.
+/// `sources[i]` at offset `message_offsets[i]`. `types`/`type_offsets` (NULL when the
+/// output has no schema metadata or type mapping) carry each message's explicit column
+/// types.
 #[repr(C)]
 pub struct FloeBatch {
     /// The messages' bytes; may be NULL when every message is empty.

@@ -73,18 +73,24 @@ static void count_log_line(uint32_t level, const uint8_t *message, size_t len, v
     atomic_fetch_add((atomic_long *)user_data, 1);
 }
 
-static floe_writer *open_writer(const char *warehouse) {
+/* A writer of `table` in `warehouse`, with `commit` (a JSON object) as its commit settings. */
+static floe_writer *open_table_writer(const char *warehouse, const char *table,
+                                      const char *commit) {
     char config[4096];
     snprintf(config, sizeof config,
-             "{\"catalog\": {\"warehouse\": \"%s\"}, \"namespace\": \"abi\", \"table\": \"events\","
-             " \"schema_evolution\": {\"enabled\": true}}",
-             warehouse);
+             "{\"catalog\": {\"warehouse\": \"%s\"}, \"namespace\": \"abi\", \"table\": \"%s\","
+             " \"schema_evolution\": {\"enabled\": true}, \"commit\": %s}",
+             warehouse, table, commit);
     floe_writer *writer = NULL;
     floe_error *err = NULL;
     floe_status status = floe_writer_open((const uint8_t *)config, strlen(config), &writer, &err);
-    CHECK(status == FLOE_STATUS_OK, "open: %s", message_of(err));
+    CHECK(status == FLOE_STATUS_OK, "open %s: %s", table, message_of(err));
     floe_error_free(err);
     return writer;
+}
+
+static floe_writer *open_writer(const char *warehouse) {
+    return open_table_writer(warehouse, "events", "{}");
 }
 
 static void check_version_config_and_errors(void) {
@@ -169,6 +175,25 @@ static floe_batch_result *write_all(floe_writer *writer, const floe_batch *batch
     return result;
 }
 
+/* Two rows with exactly-once positions, the second's source not UTF-8. */
+static floe_batch_result *write_unreadable_source(floe_writer *writer, floe_status *status) {
+    const char *rows[] = {"{\"id\": 20}", "{\"id\": 21}"};
+    const char *sources[] = {"topic/0", "\xff\xfe"};
+    int64_t positions[] = {1, 2};
+    struct packed r = pack(rows, 2), src = pack(sources, 2);
+    floe_batch batch = {0};
+    batch.data = r.data;
+    batch.offsets = r.offsets;
+    batch.count = 2;
+    batch.sources = src.data;
+    batch.source_offsets = src.offsets;
+    batch.message_offsets = positions;
+    floe_batch_result *result = write_all(writer, &batch, NULL, status);
+    unpack(r);
+    unpack(src);
+    return result;
+}
+
 static void check_writes(floe_writer *writer) {
     /* Per-message outcome: message 1 is not JSON, 2 is a zero-length message. */
     const char *messages[] = {"{\"id\": 1, \"name\": \"a\"}", "{\"id\": ", "",
@@ -222,18 +247,7 @@ static void check_writes(floe_writer *writer) {
 
     /* Without exactly-once, positions are not used: a source that is not UTF-8 fails
      * nothing (hosts may send them whatever the config). */
-    const char *sourced_rows[] = {"{\"id\": 20}", "{\"id\": 21}"};
-    const char *sources[] = {"topic/0", "\xff\xfe"};
-    int64_t source_positions[] = {1, 2};
-    struct packed sr = pack(sourced_rows, 2), ss = pack(sources, 2);
-    floe_batch sourced = {0};
-    sourced.data = sr.data;
-    sourced.offsets = sr.offsets;
-    sourced.count = 2;
-    sourced.sources = ss.data;
-    sourced.source_offsets = ss.offsets;
-    sourced.message_offsets = source_positions;
-    result = write_all(writer, &sourced, NULL, &status);
+    result = write_unreadable_source(writer, &status);
     CHECK(status == FLOE_STATUS_OK, "sourced status %u", status);
     CHECK(floe_batch_result_failed_count(result) == 0 && floe_batch_result_rows(result) == 2,
           "a source that is not UTF-8, exactly-once off: %s",
@@ -241,8 +255,6 @@ static void check_writes(floe_writer *writer) {
               ? message_of((floe_error *)floe_batch_result_failure(result, 1))
               : "rows missing");
     floe_batch_result_free(result);
-    unpack(sr);
-    unpack(ss);
 
     /* A new field evolves the schema, which floe logs at info level. */
     const char *evolving[] = {"{\"id\": 5, \"name\": \"e\", \"extra\": true}"};
@@ -411,38 +423,17 @@ static void check_concurrent_writes_and_cancel(floe_writer *writer, uint64_t *ro
 /* With exactly-once on, a message's source is its position: one that is not UTF-8 fails
  * that message (and only it). */
 static void check_exactly_once_sources(const char *warehouse) {
-    char config[4096];
-    snprintf(config, sizeof config,
-             "{\"catalog\": {\"warehouse\": \"%s\"}, \"namespace\": \"abi\","
-             " \"table\": \"exactly_once\", \"schema_evolution\": {\"enabled\": true},"
-             " \"commit\": {\"exactly_once\": {\"writer_id\": \"abi\"}}}",
-             warehouse);
-    floe_writer *writer = NULL;
-    floe_error *err = NULL;
-    floe_status status = floe_writer_open((const uint8_t *)config, strlen(config), &writer, &err);
-    CHECK(status == FLOE_STATUS_OK, "open exactly-once: %s", message_of(err));
-    floe_error_free(err);
+    floe_writer *writer = open_table_writer(warehouse, "exactly_once",
+                                            "{\"exactly_once\": {\"writer_id\": \"abi\"}}");
+    floe_status status;
     if (writer == NULL) return;
-    const char *rows[] = {"{\"id\": 30}", "{\"id\": 31}"};
-    const char *sources[] = {"topic/0", "\xff\xfe"};
-    int64_t positions[] = {1, 2};
-    struct packed r = pack(rows, 2), src = pack(sources, 2);
-    floe_batch batch = {0};
-    batch.data = r.data;
-    batch.offsets = r.offsets;
-    batch.count = 2;
-    batch.sources = src.data;
-    batch.source_offsets = src.offsets;
-    batch.message_offsets = positions;
-    floe_batch_result *result = write_all(writer, &batch, NULL, &status);
+    floe_batch_result *result = write_unreadable_source(writer, &status);
     CHECK(status == FLOE_STATUS_OK, "exactly-once status %u", status);
     CHECK(floe_batch_result_rows(result) == 1 && floe_batch_result_failed_count(result) == 1 &&
               floe_error_status(floe_batch_result_failure(result, 1)) == FLOE_STATUS_DATA,
           "a source that is not UTF-8, exactly-once on: rows %zu, failed %zu",
           floe_batch_result_rows(result), floe_batch_result_failed_count(result));
     floe_batch_result_free(result);
-    unpack(r);
-    unpack(src);
     floe_writer_free(writer);
 }
 
