@@ -657,7 +657,11 @@ impl Catalog for RestCatalog {
 /// snapshots in Java's catalogs. If the body cannot be read, the commit's outcome is
 /// "unknown" (see [`parse_commit_answer`]).
 struct CommitAnswer {
+    /// The answer's text, as far as the checked fields.
     read: Vec<u8>,
+    /// What was read on past them, kept as received: joined only if the whole answer is
+    /// needed, which it rarely is.
+    past_head: Vec<bytes::Bytes>,
     /// The body still to come; `None` once it ended or failed.
     rest: Option<Response>,
     /// Why the body ended early, if it did while reading on past the checked fields.
@@ -710,13 +714,21 @@ impl CommitAnswer {
         Ok(AnswerHead::scan(&self.read))
     }
 
-    /// Reads up to [`READ_ON_AFTER_HEAD`] more. A failure here is kept for
+    /// Reads up to [`READ_ON_AFTER_HEAD`] more, unless the answer says more than that
+    /// is left: its connection closes unread either way. A failure here is kept for
     /// [`CommitAnswer::whole`]: the checked fields stand, the whole answer is unknown.
     async fn read_on(&mut self) {
-        let until = self.read.len() + READ_ON_AFTER_HEAD;
-        while self.read.len() <= until {
+        let left = self.rest.as_ref().and_then(Response::content_length);
+        if left.is_some_and(|left| left > READ_ON_AFTER_HEAD as u64) {
+            return;
+        }
+        let mut more = 0;
+        while more <= READ_ON_AFTER_HEAD {
             match self.next_chunk().await {
-                Ok(Some(chunk)) => self.read.extend_from_slice(&chunk),
+                Ok(Some(chunk)) => {
+                    more += chunk.len();
+                    self.past_head.push(chunk);
+                }
                 Ok(None) => return,
                 Err(e) => {
                     self.broken = Some(e);
@@ -730,6 +742,9 @@ impl CommitAnswer {
     async fn whole(mut self) -> Result<Vec<u8>> {
         if let Some(e) = self.broken.take() {
             return Err(e);
+        }
+        for chunk in std::mem::take(&mut self.past_head) {
+            self.read.extend_from_slice(&chunk);
         }
         while let Some(chunk) = self.next_chunk().await? {
             self.read.extend_from_slice(&chunk);
@@ -943,6 +958,7 @@ impl RestCatalog {
         if status.is_success() {
             return Ok(CommitAnswer {
                 read: Vec::new(),
+                past_head: Vec::new(),
                 rest: Some(response),
                 broken: None,
             });
@@ -986,9 +1002,20 @@ mod tests {
         )
     }
 
+    /// How a served answer says where its body ends.
+    #[derive(Clone, Copy)]
+    enum Framing {
+        ContentLength,
+        Chunked,
+    }
+
     /// Serves `body` once on 127.0.0.1 in 1 KB writes, then, if `cut`, closes the
     /// connection 64 KB into the body; returns the answer as floe reads it.
     async fn served_answer(body: String, cut: bool) -> CommitAnswer {
+        served_answer_framed(body, cut, Framing::ContentLength).await
+    }
+
+    async fn served_answer_framed(body: String, cut: bool, framing: Framing) -> CommitAnswer {
         use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/", listener.local_addr().unwrap());
@@ -996,26 +1023,43 @@ mod tests {
             let (mut socket, _) = listener.accept().await.unwrap();
             let mut request = [0u8; 4096];
             let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut request).await;
-            let header = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-                body.len()
-            );
+            let length = match framing {
+                Framing::ContentLength => format!("content-length: {}", body.len()),
+                Framing::Chunked => "transfer-encoding: chunked".to_string(),
+            };
+            let header =
+                format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{length}\r\n\r\n");
             socket.write_all(header.as_bytes()).await.unwrap();
             for (n, piece) in body.as_bytes().chunks(1024).enumerate() {
                 if cut && n == 64 {
                     return;
                 }
-                if socket.write_all(piece).await.is_err() {
+                let framed = match framing {
+                    Framing::ContentLength => piece.to_vec(),
+                    Framing::Chunked => {
+                        [format!("{:x}\r\n", piece.len()).as_bytes(), piece, b"\r\n"].concat()
+                    }
+                };
+                if socket.write_all(&framed).await.is_err() {
                     return;
                 }
+            }
+            if let Framing::Chunked = framing {
+                let _ = socket.write_all(b"0\r\n\r\n").await;
             }
         });
         let response = reqwest::get(url).await.unwrap();
         CommitAnswer {
             read: Vec::new(),
+            past_head: Vec::new(),
             rest: Some(response),
             broken: None,
         }
+    }
+
+    /// Bytes of the answer taken from the connection so far.
+    fn taken(answer: &CommitAnswer) -> usize {
+        answer.read.len() + answer.past_head.iter().map(|c| c.len()).sum::<usize>()
     }
 
     #[tokio::test]
@@ -1026,22 +1070,39 @@ mod tests {
         let head = answer.head().await.unwrap().unwrap();
         assert_eq!(head, AnswerHead::scan(body.as_bytes()).unwrap());
         assert_eq!(head.last_sequence_number, Some(123));
-        assert!(
-            answer.read.len() < 512 << 10,
-            "read {} B",
-            answer.read.len()
-        );
+        // Its length said more than READ_ON_AFTER_HEAD was left: nothing is read on.
+        assert!(answer.past_head.is_empty());
+        assert!(taken(&answer) < 64 << 10, "read {} B", taken(&answer));
         // Disagreeing with the answer needs all of it: still there to read.
         assert_eq!(answer.whole().await.unwrap(), body.as_bytes());
     }
 
     #[tokio::test]
-    async fn a_short_answer_is_read_to_its_end() {
-        let body = big_answer(10);
-        let mut answer = served_answer(body.clone(), false).await;
+    async fn a_long_answer_of_unknown_length_is_read_on_only_so_far() {
+        let body = big_answer(40_000);
+        let mut answer = served_answer_framed(body.clone(), false, Framing::Chunked).await;
         assert!(answer.head().await.unwrap().is_some());
-        assert!(answer.rest.is_none(), "a small answer is read to its end");
+        let past_head = taken(&answer) - answer.read.len();
+        assert!(
+            (READ_ON_AFTER_HEAD..READ_ON_AFTER_HEAD + (64 << 10)).contains(&past_head),
+            "read on {past_head} B"
+        );
+        assert!(answer.rest.is_some(), "the rest is left unread");
         assert_eq!(answer.whole().await.unwrap(), body.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn a_short_answer_is_read_to_its_end() {
+        // Past its checked fields, less than READ_ON_AFTER_HEAD is left: read to the end
+        // (its connection is reused), whether or not its length was given.
+        let body = big_answer(4_000);
+        assert!(body.len() > 128 << 10 && body.len() < READ_ON_AFTER_HEAD);
+        for framing in [Framing::ContentLength, Framing::Chunked] {
+            let mut answer = served_answer_framed(body.clone(), false, framing).await;
+            assert!(answer.head().await.unwrap().is_some());
+            assert!(answer.rest.is_none(), "a small answer is read to its end");
+            assert_eq!(answer.whole().await.unwrap(), body.as_bytes());
+        }
     }
 
     #[tokio::test]
