@@ -64,6 +64,16 @@ impl AnswerHead {
             .map(|(head, _)| head)
     }
 
+    /// [`AnswerHead::scan`] of an answer that ended. Without a stated length, a cut
+    /// connection looks like the end, so a value that runs to the last byte may be cut
+    /// short (`12` of `123`): `None` then, as a whole object ends with `}`. (A head that
+    /// lacks fields was read through its objects' closing braces, so nothing of it is cut.)
+    pub fn scan_ended(body: &[u8]) -> Option<AnswerHead> {
+        Self::scan_to(body)
+            .filter(|(head, end)| !head.complete() || *end < body.len())
+            .map(|(head, _)| head)
+    }
+
     /// The fields, and where the scan stopped.
     fn scan_to(body: &[u8]) -> Option<(AnswerHead, usize)> {
         let mut scan = Scanner { text: body, at: 0 };
@@ -132,9 +142,10 @@ impl AnswerHead {
 
     /// Whether the answer agrees with `applied` (the base plus floe's updates) on
     /// everything it states that floe relies on: the same table, location and format,
-    /// main branch head, sequence number and row ids, properties and refs. A field the answer lacks
-    /// cannot disagree, except the location and the head, which say the commit was
-    /// applied (a redirect to the table's GET answers with the old head), and the refs.
+    /// main branch head, sequence number and row ids, properties and refs. A field the
+    /// answer lacks cannot disagree, except the metadata file's location and the head,
+    /// which say the commit was applied (a redirect to the table's GET answers with the
+    /// old head), and the refs.
     pub fn agrees_with(&self, applied: &TableMetadata, applied_refs: Option<&Refs>) -> bool {
         fn same<T: PartialEq>(stated: &Option<T>, local: T) -> bool {
             stated.as_ref().is_none_or(|s| *s == local)

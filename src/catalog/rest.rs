@@ -711,7 +711,7 @@ impl CommitAnswer {
             }
             next_scan = 2 * self.read.len();
         }
-        Ok(AnswerHead::scan(&self.read))
+        Ok(AnswerHead::scan_ended(&self.read))
     }
 
     /// Reads up to [`READ_ON_AFTER_HEAD`] more, unless the answer says more than that
@@ -1007,6 +1007,8 @@ mod tests {
     enum Framing {
         ContentLength,
         Chunked,
+        /// No length: the body ends where the server closes the connection.
+        CloseDelimited,
     }
 
     /// Serves `body` once on 127.0.0.1 in 1 KB writes, then, if `cut`, closes the
@@ -1026,6 +1028,7 @@ mod tests {
             let length = match framing {
                 Framing::ContentLength => format!("content-length: {}", body.len()),
                 Framing::Chunked => "transfer-encoding: chunked".to_string(),
+                Framing::CloseDelimited => "connection: close".to_string(),
             };
             let header =
                 format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{length}\r\n\r\n");
@@ -1035,7 +1038,7 @@ mod tests {
                     return;
                 }
                 let framed = match framing {
-                    Framing::ContentLength => piece.to_vec(),
+                    Framing::ContentLength | Framing::CloseDelimited => piece.to_vec(),
                     Framing::Chunked => {
                         [format!("{:x}\r\n", piece.len()).as_bytes(), piece, b"\r\n"].concat()
                     }
@@ -1117,6 +1120,24 @@ mod tests {
         let e = answer.whole().await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::CommitStateUnknown);
         assert!(e.message().contains("commit"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_answer_ending_inside_a_checked_number_is_no_answer() {
+        // Without a length, a connection cut inside `"last-sequence-number":123` looks
+        // like the answer's end: 12 must not be taken for the catalog's word.
+        let whole = big_answer(0);
+        let cut = &whole[..whole.find("123").unwrap() + 2];
+        let mut answer =
+            served_answer_framed(cut.to_string(), false, Framing::CloseDelimited).await;
+        assert_eq!(answer.head().await.unwrap(), None);
+        // The same framing, uncut, is read as usual.
+        let mut answer = served_answer_framed(whole.clone(), false, Framing::CloseDelimited).await;
+        assert_eq!(
+            answer.head().await.unwrap().unwrap().last_sequence_number,
+            Some(123)
+        );
+        assert_eq!(answer.whole().await.unwrap(), whole.as_bytes());
     }
 
     #[test]
