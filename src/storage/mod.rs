@@ -1,14 +1,16 @@
 //! Storage: an Iceberg `FileIO` for the local filesystem and S3-compatible stores.
 //!
 //! The scheme of each path picks the backend (`file://` or `s3://`), so one `FileIO`
-//! serves a catalog whose tables live in either.
+//! serves a catalog whose tables live in either. S3 paths go through operators kept per
+//! bucket ([`s3`]); the others through iceberg-storage-opendal.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use iceberg::io::{FileIO, FileIOBuilder};
-use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
+
+mod s3;
 
 use crate::config::{AzureConfig, GcsConfig, GcsCredentialsType, StorageConfig};
 
@@ -206,7 +208,7 @@ fn azure_props(azure: &AzureConfig) -> crate::Result<HashMap<String, String>> {
 }
 
 pub fn build_file_io(props: HashMap<String, String>) -> FileIO {
-    FileIOBuilder::new(Arc::new(OpenDalResolvingStorageFactory::new()))
+    FileIOBuilder::new(Arc::new(s3::FloeStorageFactory))
         .with_props(props)
         .build()
 }

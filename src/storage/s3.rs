@@ -1,0 +1,418 @@
+//! S3 through one opendal operator per bucket, kept as long as the `FileIO` that made it.
+//!
+//! iceberg-storage-opendal builds a new operator for every file operation: a new S3
+//! backend, credential chain and request signer, dropped after the one request. At
+//! floe's three uploads per commit, building and dropping them was about a quarter of
+//! the CPU floe spent in S3 (perf, 2026-12-02), and credentials that are not static keys
+//! (instance metadata, profiles, web identity, assumed roles) were fetched again for
+//! every file. [`FloeStorage`] builds each bucket's operator once, with the timeout and
+//! retry layers iceberg-storage-opendal puts on its own, from the very `S3Config` that
+//! crate derives from the FileIO properties: read back through its serialised form, so
+//! the two cannot drift apart. Paths of other schemes go to iceberg-storage-opendal.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use iceberg::io::{
+    FileMetadata, FileRead, FileWrite, InputFile, OutputFile, Storage, StorageConfig,
+    StorageFactory,
+};
+use iceberg::{Error, ErrorKind, Result};
+use iceberg_storage_opendal::{OpenDalResolvingStorageFactory, OpenDalStorageFactory};
+use opendal::Operator;
+use opendal::layers::{RetryLayer, TimeoutLayer};
+use opendal::services::S3Config;
+use serde::{Deserialize, Serialize};
+
+/// Builds a [`FloeStorage`] per `FileIO`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct FloeStorageFactory;
+
+#[typetag::serde]
+impl StorageFactory for FloeStorageFactory {
+    fn build(&self, config: &StorageConfig) -> Result<Arc<dyn Storage>> {
+        Ok(Arc::new(FloeStorage::new(config.props().clone())))
+    }
+}
+
+/// S3 paths through cached per-bucket operators; other paths through
+/// iceberg-storage-opendal. Cheap to clone: every file handed out shares the cache.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(from = "StorageProps", into = "StorageProps")]
+pub struct FloeStorage {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    props: HashMap<String, String>,
+    /// iceberg-storage-opendal's storage, for paths that are not S3.
+    others: OnceLock<Arc<dyn Storage>>,
+    /// The S3 settings iceberg-storage-opendal reads from `props`.
+    s3_config: OnceLock<S3Config>,
+    /// Operators by bucket.
+    operators: Mutex<HashMap<String, Operator>>,
+}
+
+/// The serialised form: the FileIO properties, from which the rest is rebuilt.
+#[derive(Serialize, Deserialize)]
+struct StorageProps {
+    props: HashMap<String, String>,
+}
+
+impl From<StorageProps> for FloeStorage {
+    fn from(form: StorageProps) -> Self {
+        FloeStorage::new(form.props)
+    }
+}
+
+impl From<FloeStorage> for StorageProps {
+    fn from(storage: FloeStorage) -> Self {
+        StorageProps {
+            props: storage.shared.props.clone(),
+        }
+    }
+}
+
+/// Names the properties only: their values hold credentials.
+impl std::fmt::Debug for FloeStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut keys: Vec<&String> = self.shared.props.keys().collect();
+        keys.sort();
+        f.debug_struct("FloeStorage")
+            .field("props (values redacted)", &keys)
+            .finish()
+    }
+}
+
+/// `s3://bucket/key` split into its bucket and key, for the schemes
+/// iceberg-storage-opendal serves as S3; `None` for other paths.
+fn s3_bucket_and_key(path: &str) -> Option<Result<(&str, &str)>> {
+    let (scheme, rest) = path.split_once("://")?;
+    if !["s3", "s3a", "s3n"]
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(scheme))
+    {
+        return None;
+    }
+    Some(match rest.split_once('/') {
+        Some((bucket, key)) if !bucket.is_empty() => Ok((bucket, key)),
+        _ => Err(Error::new(
+            ErrorKind::DataInvalid,
+            format!("Invalid s3 url: {path}, missing bucket"),
+        )),
+    })
+}
+
+/// An opendal error as iceberg-storage-opendal reports it, so floe's classification of
+/// storage failures (e.g. credential refusals) reads the same text.
+fn io_error(e: opendal::Error) -> Error {
+    Error::new(ErrorKind::Unexpected, "Failure in doing io operation").with_source(e)
+}
+
+impl FloeStorage {
+    fn new(props: HashMap<String, String>) -> Self {
+        FloeStorage {
+            shared: Arc::new(Shared {
+                props,
+                others: OnceLock::new(),
+                s3_config: OnceLock::new(),
+                operators: Mutex::default(),
+            }),
+        }
+    }
+
+    fn others(&self) -> Result<Arc<dyn Storage>> {
+        if let Some(storage) = self.shared.others.get() {
+            return Ok(storage.clone());
+        }
+        let config = StorageConfig::from_props(self.shared.props.clone());
+        let storage = OpenDalResolvingStorageFactory::new().build(&config)?;
+        Ok(self.shared.others.get_or_init(|| storage).clone())
+    }
+
+    fn s3_config(&self) -> Result<&S3Config> {
+        if let Some(config) = self.shared.s3_config.get() {
+            return Ok(config);
+        }
+        let config = parsed_s3_config(&self.shared.props)?;
+        Ok(self.shared.s3_config.get_or_init(|| config))
+    }
+
+    /// The operator of `path`'s bucket and the path within it; `None` for paths that are
+    /// not S3.
+    fn s3<'p>(&self, path: &'p str) -> Option<Result<(Operator, &'p str)>> {
+        let (bucket, key) = match s3_bucket_and_key(path)? {
+            Ok(split) => split,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(self.operator(bucket).map(|op| (op, key)))
+    }
+
+    fn operator(&self, bucket: &str) -> Result<Operator> {
+        let mut operators = self
+            .shared
+            .operators
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(op) = operators.get(bucket) {
+            return Ok(op.clone());
+        }
+        let mut config = self.s3_config()?.clone();
+        config.bucket = bucket.to_string();
+        let op = Operator::from_config(config)
+            .map_err(io_error)?
+            .finish()
+            .layer(TimeoutLayer::new())
+            .layer(RetryLayer::new());
+        operators.insert(bucket.to_string(), op.clone());
+        Ok(op)
+    }
+}
+
+/// The `S3Config` iceberg-storage-opendal derives from FileIO properties. It keeps the
+/// parse private, but its storage serialises the result.
+fn parsed_s3_config(props: &HashMap<String, String>) -> Result<S3Config> {
+    let factory = OpenDalStorageFactory::S3 {
+        customized_credential_load: None,
+    };
+    let storage = factory.build(&StorageConfig::from_props(props.clone()))?;
+    let unreadable = |why: &str| {
+        Error::new(
+            ErrorKind::Unexpected,
+            format!("the S3 settings iceberg-storage-opendal derived cannot be read: {why}"),
+        )
+    };
+    let form = serde_json::to_value(&storage).map_err(|e| unreadable(&e.to_string()))?;
+    let config = form
+        .get("S3")
+        .and_then(|s3| s3.get("config"))
+        .ok_or_else(|| unreadable("no S3.config in its serialised form"))?;
+    S3Config::deserialize(config).map_err(|e| unreadable(&e.to_string()))
+}
+
+/// An opendal reader as iceberg's `FileRead`.
+struct S3Reader(opendal::Reader);
+
+#[async_trait::async_trait]
+impl FileRead for S3Reader {
+    async fn read(&self, range: std::ops::Range<u64>) -> Result<Bytes> {
+        Ok(self.0.read(range).await.map_err(io_error)?.to_bytes())
+    }
+}
+
+/// An opendal writer as iceberg's `FileWrite`.
+struct S3Writer(opendal::Writer);
+
+#[async_trait::async_trait]
+impl FileWrite for S3Writer {
+    async fn write(&mut self, bs: Bytes) -> Result<()> {
+        self.0.write(bs).await.map_err(io_error)
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.0.close().await.map_err(io_error)?;
+        Ok(())
+    }
+}
+
+#[typetag::serde]
+#[async_trait::async_trait]
+impl Storage for FloeStorage {
+    async fn exists(&self, path: &str) -> Result<bool> {
+        match self.s3(path) {
+            Some(s3) => {
+                let (op, key) = s3?;
+                op.exists(key).await.map_err(io_error)
+            }
+            None => self.others()?.exists(path).await,
+        }
+    }
+
+    async fn metadata(&self, path: &str) -> Result<FileMetadata> {
+        match self.s3(path) {
+            Some(s3) => {
+                let (op, key) = s3?;
+                let meta = op.stat(key).await.map_err(io_error)?;
+                Ok(FileMetadata {
+                    size: meta.content_length(),
+                })
+            }
+            None => self.others()?.metadata(path).await,
+        }
+    }
+
+    async fn read(&self, path: &str) -> Result<Bytes> {
+        match self.s3(path) {
+            Some(s3) => {
+                let (op, key) = s3?;
+                Ok(op.read(key).await.map_err(io_error)?.to_bytes())
+            }
+            None => self.others()?.read(path).await,
+        }
+    }
+
+    async fn reader(&self, path: &str) -> Result<Box<dyn FileRead>> {
+        match self.s3(path) {
+            Some(s3) => {
+                let (op, key) = s3?;
+                Ok(Box::new(S3Reader(op.reader(key).await.map_err(io_error)?)))
+            }
+            None => self.others()?.reader(path).await,
+        }
+    }
+
+    async fn write(&self, path: &str, bs: Bytes) -> Result<()> {
+        match self.s3(path) {
+            Some(s3) => {
+                let (op, key) = s3?;
+                op.write(key, bs).await.map_err(io_error)?;
+                Ok(())
+            }
+            None => self.others()?.write(path, bs).await,
+        }
+    }
+
+    async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
+        match self.s3(path) {
+            Some(s3) => {
+                let (op, key) = s3?;
+                Ok(Box::new(S3Writer(op.writer(key).await.map_err(io_error)?)))
+            }
+            None => self.others()?.writer(path).await,
+        }
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        match self.s3(path) {
+            Some(s3) => {
+                let (op, key) = s3?;
+                op.delete(key).await.map_err(io_error)
+            }
+            None => self.others()?.delete(path).await,
+        }
+    }
+
+    /// Rare (dropping a table's files): left to iceberg-storage-opendal.
+    async fn delete_prefix(&self, path: &str) -> Result<()> {
+        self.others()?.delete_prefix(path).await
+    }
+
+    /// Rare (cleaning up after failures): left to iceberg-storage-opendal.
+    async fn delete_stream(&self, paths: BoxStream<'static, String>) -> Result<()> {
+        self.others()?.delete_stream(paths).await
+    }
+
+    fn new_input(&self, path: &str) -> Result<InputFile> {
+        match s3_bucket_and_key(path) {
+            Some(split) => {
+                split?;
+                Ok(InputFile::new(Arc::new(self.clone()), path.to_string()))
+            }
+            None => self.others()?.new_input(path),
+        }
+    }
+
+    fn new_output(&self, path: &str) -> Result<OutputFile> {
+        match s3_bucket_and_key(path) {
+            Some(split) => {
+                split?;
+                Ok(OutputFile::new(Arc::new(self.clone()), path.to_string()))
+            }
+            None => self.others()?.new_output(path),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn s3_paths_split_into_bucket_and_key() {
+        for scheme in ["s3", "s3a", "s3n", "S3"] {
+            let path = format!("{scheme}://lake/wh/ns/t/data/f.parquet");
+            let (bucket, key) = s3_bucket_and_key(&path).unwrap().unwrap();
+            assert_eq!((bucket, key), ("lake", "wh/ns/t/data/f.parquet"));
+        }
+        assert!(s3_bucket_and_key("file:///tmp/wh/f.parquet").is_none());
+        assert!(s3_bucket_and_key("gs://lake/f").is_none());
+        assert!(s3_bucket_and_key("/tmp/wh/f").is_none());
+        assert!(s3_bucket_and_key("s3:///f").unwrap().is_err());
+        assert!(s3_bucket_and_key("s3://lake").unwrap().is_err());
+    }
+
+    #[test]
+    fn the_s3_settings_are_those_iceberg_storage_opendal_derives() {
+        let config = parsed_s3_config(&props(&[
+            ("s3.endpoint", "http://127.0.0.1:9000"),
+            ("s3.region", "eu-west-3"),
+            ("s3.access-key-id", "AKID"),
+            ("s3.secret-access-key", "SECRET"),
+            ("s3.session-token", "TOKEN"),
+            ("s3.path-style-access", "true"),
+            ("s3.sse.type", "kms"),
+            ("s3.sse.key", "key-arn"),
+            ("s3.disable-ec2-metadata", "true"),
+        ]))
+        .unwrap();
+        assert_eq!(config.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(config.region.as_deref(), Some("eu-west-3"));
+        assert_eq!(config.access_key_id.as_deref(), Some("AKID"));
+        assert_eq!(config.secret_access_key.as_deref(), Some("SECRET"));
+        assert_eq!(config.session_token.as_deref(), Some("TOKEN"));
+        assert!(!config.enable_virtual_host_style);
+        assert_eq!(config.server_side_encryption.as_deref(), Some("aws:kms"));
+        assert_eq!(
+            config.server_side_encryption_aws_kms_key_id.as_deref(),
+            Some("key-arn")
+        );
+        assert!(config.disable_ec2_metadata);
+        // Iceberg's default is virtual-host-style addressing, and no credentials.
+        let plain = parsed_s3_config(&props(&[("client.region", "us-east-1")])).unwrap();
+        assert!(plain.enable_virtual_host_style);
+        assert_eq!(plain.region.as_deref(), Some("us-east-1"));
+        assert!(plain.access_key_id.is_none());
+        // What iceberg-storage-opendal refuses is refused.
+        let e = parsed_s3_config(&props(&[("s3.sse.type", "rot13")])).unwrap_err();
+        assert!(e.to_string().contains("s3.sse.type"), "{e}");
+    }
+
+    #[test]
+    fn one_operator_serves_each_bucket() {
+        let storage = FloeStorage::new(props(&[
+            ("s3.endpoint", "http://127.0.0.1:9"),
+            ("s3.region", "us-east-1"),
+            ("s3.access-key-id", "AKID"),
+            ("s3.secret-access-key", "SECRET"),
+        ]));
+        let (a, key) = storage.s3("s3://lake/wh/f1").unwrap().unwrap();
+        assert_eq!(key, "wh/f1");
+        let (b, _) = storage.s3("s3a://lake/wh/f2").unwrap().unwrap();
+        let (c, _) = storage.s3("s3://other/f").unwrap().unwrap();
+        assert_eq!(a.info().name(), "lake");
+        assert_eq!(c.info().name(), "other");
+        assert_eq!(storage.shared.operators.lock().unwrap().len(), 2);
+        // Files handed out share the cache.
+        let copy = storage.clone();
+        copy.s3("s3://lake/wh/f3").unwrap().unwrap();
+        assert_eq!(storage.shared.operators.lock().unwrap().len(), 2);
+        assert_eq!(a.info().name(), b.info().name());
+        assert!(storage.s3("file:///tmp/f").is_none());
+    }
+
+    #[test]
+    fn its_debug_form_names_no_credential() {
+        let storage = FloeStorage::new(props(&[("s3.secret-access-key", "SECRET")]));
+        let text = format!("{storage:?}");
+        assert!(text.contains("s3.secret-access-key") && !text.contains("SECRET"));
+    }
+}
