@@ -307,7 +307,11 @@ pub fn has_vended_credentials(props: &HashMap<String, String>) -> bool {
 /// Whether storage refused a request for its credentials (HTTP 403: expired, revoked or
 /// unknown keys), the failure that fresh vended credentials may cure.
 pub fn is_credential_refusal(e: &crate::Error) -> bool {
-    let m = e.message();
+    is_credential_refusal_text(e.message())
+}
+
+/// [`is_credential_refusal`] of an error's text.
+fn is_credential_refusal_text(m: &str) -> bool {
     // opendal's kind for 403, the response status it quotes, and S3's error codes (an
     // expired token may come as 400, whose code is all that tells).
     [

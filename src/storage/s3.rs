@@ -86,21 +86,37 @@ impl std::fmt::Debug for FloeStorage {
     }
 }
 
-/// `s3://bucket/key` split into its bucket and key, for the schemes
-/// iceberg-storage-opendal serves as S3; `None` for other paths.
-fn s3_bucket_and_key(path: &str) -> Option<Result<(&str, &str)>> {
-    let (scheme, rest) = path.split_once("://")?;
-    if !["s3", "s3a", "s3n"]
-        .iter()
-        .any(|s| s.eq_ignore_ascii_case(scheme))
-    {
+/// Where an S3 file is.
+#[derive(Debug, PartialEq)]
+struct S3Path<'p> {
+    bucket: &'p str,
+    key: &'p str,
+}
+
+/// `path` split as iceberg-storage-opendal splits it, for the schemes it serves as S3;
+/// `None` for other paths. Its rule: the path starts with `{scheme}://{host}/` as a URL
+/// parser reads them, or is refused.
+fn s3_path(path: &str) -> Option<Result<S3Path<'_>>> {
+    let url = url::Url::parse(path).ok()?;
+    let scheme = url.scheme();
+    if !matches!(scheme, "s3" | "s3a" | "s3n") {
         return None;
     }
-    Some(match rest.split_once('/') {
-        Some((bucket, key)) if !bucket.is_empty() => Ok((bucket, key)),
-        _ => Err(Error::new(
+    let Some(bucket) = url.host_str().filter(|b| !b.is_empty()) else {
+        return Some(Err(Error::new(
             ErrorKind::DataInvalid,
             format!("Invalid s3 url: {path}, missing bucket"),
+        )));
+    };
+    let prefix = format!("{scheme}://{bucket}/");
+    Some(match path.strip_prefix(&prefix) {
+        Some(key) => Ok(S3Path {
+            bucket: &path[scheme.len() + 3..prefix.len() - 1],
+            key,
+        }),
+        None => Err(Error::new(
+            ErrorKind::DataInvalid,
+            format!("Invalid s3 url: {path}, should start with {prefix}"),
         )),
     })
 }
@@ -109,6 +125,22 @@ fn s3_bucket_and_key(path: &str) -> Option<Result<(&str, &str)>> {
 /// storage failures (e.g. credential refusals) reads the same text.
 fn io_error(e: opendal::Error) -> Error {
     Error::new(ErrorKind::Unexpected, "Failure in doing io operation").with_source(e)
+}
+
+impl Shared {
+    /// `e` as iceberg's error. A refusal of the credentials also drops the bucket's
+    /// operator, so the next request builds one that reads them again: keys without an
+    /// expiry (a credentials file rewritten by another tool, say) would otherwise be
+    /// kept for good, where iceberg-storage-opendal read them anew for every file.
+    fn failed(&self, bucket: &str, e: opendal::Error) -> Error {
+        if super::is_credential_refusal_text(&e.to_string()) {
+            self.operators
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .remove(bucket);
+        }
+        io_error(e)
+    }
 }
 
 impl FloeStorage {
@@ -140,14 +172,19 @@ impl FloeStorage {
         Ok(self.shared.s3_config.get_or_init(|| config))
     }
 
-    /// The operator of `path`'s bucket and the path within it; `None` for paths that are
+    /// The operator of `path`'s bucket and where the file is; `None` for paths that are
     /// not S3.
-    fn s3<'p>(&self, path: &'p str) -> Option<Result<(Operator, &'p str)>> {
-        let (bucket, key) = match s3_bucket_and_key(path)? {
-            Ok(split) => split,
+    fn s3<'p>(&self, path: &'p str) -> Option<Result<(Operator, S3Path<'p>)>> {
+        let at = match s3_path(path)? {
+            Ok(at) => at,
             Err(e) => return Some(Err(e)),
         };
-        Some(self.operator(bucket).map(|op| (op, key)))
+        Some(self.operator(at.bucket).map(|op| (op, at)))
+    }
+
+    /// Reports `e` for `at`'s bucket (see [`Shared::failed`]).
+    fn failed(&self, at: &S3Path<'_>, e: opendal::Error) -> Error {
+        self.shared.failed(at.bucket, e)
     }
 
     fn operator(&self, bucket: &str) -> Result<Operator> {
@@ -192,28 +229,51 @@ fn parsed_s3_config(props: &HashMap<String, String>) -> Result<S3Config> {
     S3Config::deserialize(config).map_err(|e| unreadable(&e.to_string()))
 }
 
+/// A bucket's errors, reported through [`Shared::failed`] after the call that made the
+/// reader or writer has returned.
+struct Reporter {
+    shared: Arc<Shared>,
+    bucket: String,
+}
+
+impl Reporter {
+    fn failed(&self, e: opendal::Error) -> Error {
+        self.shared.failed(&self.bucket, e)
+    }
+}
+
 /// An opendal reader as iceberg's `FileRead`.
-struct S3Reader(opendal::Reader);
+struct S3Reader(opendal::Reader, Reporter);
 
 #[async_trait::async_trait]
 impl FileRead for S3Reader {
     async fn read(&self, range: std::ops::Range<u64>) -> Result<Bytes> {
-        Ok(self.0.read(range).await.map_err(io_error)?.to_bytes())
+        let bytes = self.0.read(range).await.map_err(|e| self.1.failed(e))?;
+        Ok(bytes.to_bytes())
     }
 }
 
 /// An opendal writer as iceberg's `FileWrite`.
-struct S3Writer(opendal::Writer);
+struct S3Writer(opendal::Writer, Reporter);
 
 #[async_trait::async_trait]
 impl FileWrite for S3Writer {
     async fn write(&mut self, bs: Bytes) -> Result<()> {
-        self.0.write(bs).await.map_err(io_error)
+        self.0.write(bs).await.map_err(|e| self.1.failed(e))
     }
 
     async fn close(&mut self) -> Result<()> {
-        self.0.close().await.map_err(io_error)?;
+        self.0.close().await.map_err(|e| self.1.failed(e))?;
         Ok(())
+    }
+}
+
+impl FloeStorage {
+    fn reporter(&self, at: &S3Path<'_>) -> Reporter {
+        Reporter {
+            shared: self.shared.clone(),
+            bucket: at.bucket.to_string(),
+        }
     }
 }
 
@@ -221,77 +281,68 @@ impl FileWrite for S3Writer {
 #[async_trait::async_trait]
 impl Storage for FloeStorage {
     async fn exists(&self, path: &str) -> Result<bool> {
-        match self.s3(path) {
-            Some(s3) => {
-                let (op, key) = s3?;
-                op.exists(key).await.map_err(io_error)
-            }
-            None => self.others()?.exists(path).await,
-        }
+        let Some(s3) = self.s3(path) else {
+            return self.others()?.exists(path).await;
+        };
+        let (op, at) = s3?;
+        op.exists(at.key).await.map_err(|e| self.failed(&at, e))
     }
 
     async fn metadata(&self, path: &str) -> Result<FileMetadata> {
-        match self.s3(path) {
-            Some(s3) => {
-                let (op, key) = s3?;
-                let meta = op.stat(key).await.map_err(io_error)?;
-                Ok(FileMetadata {
-                    size: meta.content_length(),
-                })
-            }
-            None => self.others()?.metadata(path).await,
-        }
+        let Some(s3) = self.s3(path) else {
+            return self.others()?.metadata(path).await;
+        };
+        let (op, at) = s3?;
+        let meta = op.stat(at.key).await.map_err(|e| self.failed(&at, e))?;
+        Ok(FileMetadata {
+            size: meta.content_length(),
+        })
     }
 
     async fn read(&self, path: &str) -> Result<Bytes> {
-        match self.s3(path) {
-            Some(s3) => {
-                let (op, key) = s3?;
-                Ok(op.read(key).await.map_err(io_error)?.to_bytes())
-            }
-            None => self.others()?.read(path).await,
-        }
+        let Some(s3) = self.s3(path) else {
+            return self.others()?.read(path).await;
+        };
+        let (op, at) = s3?;
+        let bytes = op.read(at.key).await.map_err(|e| self.failed(&at, e))?;
+        Ok(bytes.to_bytes())
     }
 
     async fn reader(&self, path: &str) -> Result<Box<dyn FileRead>> {
-        match self.s3(path) {
-            Some(s3) => {
-                let (op, key) = s3?;
-                Ok(Box::new(S3Reader(op.reader(key).await.map_err(io_error)?)))
-            }
-            None => self.others()?.reader(path).await,
-        }
+        let Some(s3) = self.s3(path) else {
+            return self.others()?.reader(path).await;
+        };
+        let (op, at) = s3?;
+        let reader = op.reader(at.key).await.map_err(|e| self.failed(&at, e))?;
+        Ok(Box::new(S3Reader(reader, self.reporter(&at))))
     }
 
     async fn write(&self, path: &str, bs: Bytes) -> Result<()> {
-        match self.s3(path) {
-            Some(s3) => {
-                let (op, key) = s3?;
-                op.write(key, bs).await.map_err(io_error)?;
-                Ok(())
-            }
-            None => self.others()?.write(path, bs).await,
-        }
+        let Some(s3) = self.s3(path) else {
+            return self.others()?.write(path, bs).await;
+        };
+        let (op, at) = s3?;
+        op.write(at.key, bs)
+            .await
+            .map_err(|e| self.failed(&at, e))?;
+        Ok(())
     }
 
     async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
-        match self.s3(path) {
-            Some(s3) => {
-                let (op, key) = s3?;
-                Ok(Box::new(S3Writer(op.writer(key).await.map_err(io_error)?)))
-            }
-            None => self.others()?.writer(path).await,
-        }
+        let Some(s3) = self.s3(path) else {
+            return self.others()?.writer(path).await;
+        };
+        let (op, at) = s3?;
+        let writer = op.writer(at.key).await.map_err(|e| self.failed(&at, e))?;
+        Ok(Box::new(S3Writer(writer, self.reporter(&at))))
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
-        match self.s3(path) {
-            Some(s3) => {
-                let (op, key) = s3?;
-                op.delete(key).await.map_err(io_error)
-            }
-            None => self.others()?.delete(path).await,
-        }
+        let Some(s3) = self.s3(path) else {
+            return self.others()?.delete(path).await;
+        };
+        let (op, at) = s3?;
+        op.delete(at.key).await.map_err(|e| self.failed(&at, e))
     }
 
     /// Rare (dropping a table's files): left to iceberg-storage-opendal.
@@ -305,9 +356,9 @@ impl Storage for FloeStorage {
     }
 
     fn new_input(&self, path: &str) -> Result<InputFile> {
-        match s3_bucket_and_key(path) {
-            Some(split) => {
-                split?;
+        match s3_path(path) {
+            Some(at) => {
+                at?;
                 Ok(InputFile::new(Arc::new(self.clone()), path.to_string()))
             }
             None => self.others()?.new_input(path),
@@ -315,9 +366,9 @@ impl Storage for FloeStorage {
     }
 
     fn new_output(&self, path: &str) -> Result<OutputFile> {
-        match s3_bucket_and_key(path) {
-            Some(split) => {
-                split?;
+        match s3_path(path) {
+            Some(at) => {
+                at?;
                 Ok(OutputFile::new(Arc::new(self.clone()), path.to_string()))
             }
             None => self.others()?.new_output(path),
@@ -337,17 +388,39 @@ mod tests {
     }
 
     #[test]
-    fn s3_paths_split_into_bucket_and_key() {
-        for scheme in ["s3", "s3a", "s3n", "S3"] {
-            let path = format!("{scheme}://lake/wh/ns/t/data/f.parquet");
-            let (bucket, key) = s3_bucket_and_key(&path).unwrap().unwrap();
-            assert_eq!((bucket, key), ("lake", "wh/ns/t/data/f.parquet"));
+    fn s3_paths_split_as_iceberg_storage_opendal_splits_them() {
+        for scheme in ["s3", "s3a", "s3n"] {
+            let path = format!("{scheme}://lake.eu/wh/ns/t/data/f%201?.parquet");
+            let at = s3_path(&path).unwrap().unwrap();
+            assert_eq!(
+                at,
+                S3Path {
+                    bucket: "lake.eu",
+                    key: "wh/ns/t/data/f%201?.parquet"
+                }
+            );
         }
-        assert!(s3_bucket_and_key("file:///tmp/wh/f.parquet").is_none());
-        assert!(s3_bucket_and_key("gs://lake/f").is_none());
-        assert!(s3_bucket_and_key("/tmp/wh/f").is_none());
-        assert!(s3_bucket_and_key("s3:///f").unwrap().is_err());
-        assert!(s3_bucket_and_key("s3://lake").unwrap().is_err());
+        for other in [
+            "file:///tmp/wh/f.parquet",
+            "gs://lake/f",
+            "/tmp/wh/f",
+            "minio://b/k",
+        ] {
+            assert!(s3_path(other).is_none(), "{other}");
+        }
+        // What iceberg-storage-opendal refuses is refused: no bucket, no key, a scheme
+        // the URL parser rewrites, a user, port, query or fragment beside the host.
+        for refused in [
+            "s3:///f",
+            "s3://lake",
+            "S3://lake/k",
+            "s3://u@lake/k",
+            "s3://lake:9000/k",
+            "s3://lake?x/k",
+            "s3://lake#x/k",
+        ] {
+            assert!(s3_path(refused).unwrap().is_err(), "{refused}");
+        }
     }
 
     #[test]
@@ -394,8 +467,8 @@ mod tests {
             ("s3.access-key-id", "AKID"),
             ("s3.secret-access-key", "SECRET"),
         ]));
-        let (a, key) = storage.s3("s3://lake/wh/f1").unwrap().unwrap();
-        assert_eq!(key, "wh/f1");
+        let (a, at) = storage.s3("s3://lake/wh/f1").unwrap().unwrap();
+        assert_eq!(at.key, "wh/f1");
         let (b, _) = storage.s3("s3a://lake/wh/f2").unwrap().unwrap();
         let (c, _) = storage.s3("s3://other/f").unwrap().unwrap();
         assert_eq!(a.info().name(), "lake");
@@ -407,6 +480,70 @@ mod tests {
         assert_eq!(storage.shared.operators.lock().unwrap().len(), 2);
         assert_eq!(a.info().name(), b.info().name());
         assert!(storage.s3("file:///tmp/f").is_none());
+    }
+
+    /// An S3 endpoint on 127.0.0.1 that answers every request with `status` and an S3
+    /// error `code`.
+    async fn refusing_endpoint(status: &'static str, code: &'static str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut request = [0u8; 8192];
+                let _ = socket.read(&mut request).await;
+                let body = format!("<Error><Code>{code}</Code><Message>no</Message></Error>");
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: application/xml\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            }
+        });
+        endpoint
+    }
+
+    fn storage_at(endpoint: &str) -> FloeStorage {
+        FloeStorage::new(props(&[
+            ("s3.endpoint", endpoint),
+            ("s3.region", "us-east-1"),
+            ("s3.path-style-access", "true"),
+            ("s3.access-key-id", "AKID"),
+            ("s3.secret-access-key", "SECRET"),
+        ]))
+    }
+
+    fn cached(storage: &FloeStorage) -> usize {
+        storage.shared.operators.lock().unwrap().len()
+    }
+
+    #[tokio::test]
+    async fn a_refusal_of_the_credentials_drops_the_buckets_operator() {
+        let storage = storage_at(&refusing_endpoint("403 Forbidden", "AccessDenied").await);
+        let e = storage
+            .write("s3://lake/wh/f", Bytes::from_static(b"x"))
+            .await
+            .unwrap_err();
+        assert!(
+            super::super::is_credential_refusal_text(&format!("{e:#}")),
+            "{e:#}"
+        );
+        // The next request builds a new operator, which reads the credentials again.
+        assert_eq!(cached(&storage), 0);
+        let mut writer = storage.writer("s3://lake/wh/g").await.unwrap();
+        writer.write(Bytes::from_static(b"x")).await.unwrap();
+        assert_eq!(cached(&storage), 1);
+        assert!(writer.close().await.is_err());
+        assert_eq!(cached(&storage), 0, "refused at close, through the writer");
+    }
+
+    #[tokio::test]
+    async fn other_failures_keep_the_operator() {
+        let storage = storage_at(&refusing_endpoint("404 Not Found", "NoSuchKey").await);
+        assert!(storage.read("s3://lake/wh/missing").await.is_err());
+        assert!(!storage.exists("s3://lake/wh/missing").await.unwrap());
+        assert_eq!(cached(&storage), 1);
     }
 
     #[test]
