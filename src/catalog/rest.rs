@@ -638,6 +638,7 @@ impl Catalog for RestCatalog {
             let ident = &base.ident;
             let request = commit_request(ident, requirements, updates);
             let mut answer = self.post_commit(ident, &request).await?;
+            answer.worth_reading_on = !answer_outgrows_read_on(base);
             let head = answer.head().await?;
             match head.and_then(|head| applied_locally(base, request.updates, head)) {
                 Some(table) => Ok(table),
@@ -664,6 +665,8 @@ struct CommitAnswer {
     past_head: Vec<bytes::Bytes>,
     /// The body still to come; `None` once it ended or failed.
     rest: Option<Response>,
+    /// Whether to read on past the checked fields (see [`CommitAnswer::read_on`]).
+    worth_reading_on: bool,
     /// Why the body ended early, if it did while reading on past the checked fields.
     broken: Option<Error>,
 }
@@ -672,6 +675,20 @@ struct CommitAnswer {
 /// small answer ends and its connection is reused. A longer one is dropped unread, and
 /// its connection closed: a new connection costs less than reading megabytes.
 const READ_ON_AFTER_HEAD: usize = 256 << 10;
+
+/// About the least a retained snapshot takes in a commit answer: a minimal one (a
+/// one-digit id, a one-field summary, a short manifest list location, no log entry)
+/// takes ~170 bytes of JSON; real ones (19-digit ids, a manifest list named by a UUID
+/// under the table's location, a full summary, a log entry) several times that.
+/// Misjudged, it costs only a new connection, or 256 KB read for nothing.
+const MIN_ANSWER_BYTES_PER_SNAPSHOT: usize = 160;
+
+/// Whether the answer to a commit on `base` will be longer than floe reads on, as told
+/// by the snapshots `base` retains: a chunked answer does not say its length, and reading
+/// 256 KB of one that goes on for megabytes is work thrown away.
+fn answer_outgrows_read_on(base: &LoadedTable) -> bool {
+    base.metadata.snapshots().len() * MIN_ANSWER_BYTES_PER_SNAPSHOT > READ_ON_AFTER_HEAD
+}
 
 impl CommitAnswer {
     async fn next_chunk(&mut self) -> Result<Option<bytes::Bytes>> {
@@ -714,12 +731,12 @@ impl CommitAnswer {
         Ok(AnswerHead::scan_ended(&self.read))
     }
 
-    /// Reads up to [`READ_ON_AFTER_HEAD`] more, unless the answer says more than that
-    /// is left: its connection closes unread either way. A failure here is kept for
+    /// Reads up to [`READ_ON_AFTER_HEAD`] more, unless more than that is left, as the
+    /// answer says or its table's snapshots tell: its connection closes unread either way. A failure here is kept for
     /// [`CommitAnswer::whole`]: the checked fields stand, the whole answer is unknown.
     async fn read_on(&mut self) {
         let left = self.rest.as_ref().and_then(Response::content_length);
-        if left.is_some_and(|left| left > READ_ON_AFTER_HEAD as u64) {
+        if !self.worth_reading_on || left.is_some_and(|left| left > READ_ON_AFTER_HEAD as u64) {
             return;
         }
         let mut more = 0;
@@ -960,6 +977,7 @@ impl RestCatalog {
                 read: Vec::new(),
                 past_head: Vec::new(),
                 rest: Some(response),
+                worth_reading_on: true,
                 broken: None,
             });
         }
@@ -1056,6 +1074,7 @@ mod tests {
             read: Vec::new(),
             past_head: Vec::new(),
             rest: Some(response),
+            worth_reading_on: true,
             broken: None,
         }
     }
@@ -1092,6 +1111,55 @@ mod tests {
         );
         assert!(answer.rest.is_some(), "the rest is left unread");
         assert_eq!(answer.whole().await.unwrap(), body.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn an_answer_its_table_says_is_long_is_not_read_on() {
+        let body = big_answer(40_000);
+        let mut answer = served_answer_framed(body.clone(), false, Framing::Chunked).await;
+        answer.worth_reading_on = false;
+        assert!(answer.head().await.unwrap().is_some());
+        assert!(answer.past_head.is_empty());
+        assert_eq!(answer.whole().await.unwrap(), body.as_bytes());
+    }
+
+    /// The fixture table with `count` snapshots, each the child of the one before.
+    fn table_with_snapshots(count: usize) -> LoadedTable {
+        let mut json: serde_json::Value =
+            serde_json::from_str(include_str!("../commit/testdata/two_snapshots.json")).unwrap();
+        let first = json["snapshots"][0].clone();
+        let base_id = first["snapshot-id"].as_i64().unwrap();
+        let snapshots: Vec<serde_json::Value> = (0..count as i64)
+            .map(|n| {
+                let mut s = first.clone();
+                s["snapshot-id"] = (base_id + n).into();
+                s["sequence-number"] = (n + 1).into();
+                if n == 0 {
+                    s.as_object_mut().unwrap().remove("parent-snapshot-id");
+                } else {
+                    s["parent-snapshot-id"] = (base_id + n - 1).into();
+                }
+                s
+            })
+            .collect();
+        json["snapshots"] = snapshots.into();
+        json["current-snapshot-id"] = (base_id + count as i64 - 1).into();
+        json["last-sequence-number"] = (count as i64).into();
+        json["refs"] = serde_json::json!({"main": {"snapshot-id": base_id + count as i64 - 1, "type": "branch"}});
+        let metadata: iceberg::spec::TableMetadata = serde_json::from_value(json).unwrap();
+        let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+        LoadedTable::new(ident, None, std::sync::Arc::new(metadata), HashMap::new())
+    }
+
+    #[test]
+    fn a_table_of_many_snapshots_answers_beyond_what_is_read_on() {
+        assert!(!answer_outgrows_read_on(&table_with_snapshots(2)));
+        assert!(!answer_outgrows_read_on(&table_with_snapshots(1_600)));
+        let long = table_with_snapshots(1_700);
+        assert!(answer_outgrows_read_on(&long));
+        // The bound holds for the fixture's minimal snapshots: its answer is longer.
+        let answer = serde_json::to_string(long.metadata.as_ref()).unwrap();
+        assert!(answer.len() > READ_ON_AFTER_HEAD, "{} B", answer.len());
     }
 
     #[tokio::test]
