@@ -1,5 +1,6 @@
 //! S3 credentials from AWS's default chain are fetched once per `FileIO` and kept while
-//! they live, not fetched again for every file.
+//! they live, not fetched again for every file as iceberg-storage-opendal's storage
+//! does, and fetched again when storage refuses them.
 //!
 //! No keys are configured; the container credentials endpoint (as ECS and EKS Pod
 //! Identity set it, `AWS_CONTAINER_CREDENTIALS_FULL_URI`) is a local server that also
@@ -21,6 +22,8 @@ const POD_TOKEN: &str = "pod-identity-token";
 struct Seen {
     credential_fetches: AtomicUsize,
     puts: Mutex<Vec<String>>,
+    /// How many of the next uploads to refuse as S3 refuses expired keys.
+    refuse_puts: AtomicUsize,
 }
 
 /// One request: its first line and headers (lower-cased names), after reading its body.
@@ -94,10 +97,20 @@ async fn stand_in(seen: Arc<Seen>) -> String {
                         });
                         ("200 OK", body.to_string())
                     }
-                } else {
-                    if first.starts_with("PUT ") {
+                } else if first.starts_with("PUT ") {
+                    let refuse = seen
+                        .refuse_puts
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
+                    if refuse {
+                        let code =
+                            "<Error><Code>ExpiredToken</Code><Message>expired</Message></Error>";
+                        ("400 Bad Request", code.to_string())
+                    } else {
                         seen.puts.lock().unwrap().push(header("authorization"));
+                        ("200 OK", String::new())
                     }
+                } else {
                     ("200 OK", String::new())
                 };
                 let answer = format!(
@@ -113,7 +126,7 @@ async fn stand_in(seen: Arc<Seen>) -> String {
 }
 
 #[tokio::test]
-async fn container_credentials_are_fetched_once_for_many_files() {
+async fn container_credentials_are_fetched_once_for_many_files_and_again_after_a_refusal() {
     let seen = Arc::new(Seen::default());
     let endpoint = stand_in(seen.clone()).await;
     // SAFETY: this file's only test sets its process's environment before anything
@@ -140,7 +153,7 @@ async fn container_credentials_are_fetched_once_for_many_files() {
         );
         std::env::set_var("AWS_CONTAINER_AUTHORIZATION_TOKEN", POD_TOKEN);
     }
-    let props = [
+    let props: std::collections::HashMap<String, String> = [
         ("s3.endpoint", endpoint.as_str()),
         ("s3.region", "us-east-1"),
         ("s3.path-style-access", "true"),
@@ -148,21 +161,20 @@ async fn container_credentials_are_fetched_once_for_many_files() {
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let file_io = floe::storage::build_file_io(props);
-    for n in 0..10 {
-        let path = format!("s3://lake/wh/t/data/{n}.parquet");
-        let file = file_io.new_output(&path).unwrap();
-        file.write(Bytes::from(vec![b'x'; 100])).await.unwrap();
-    }
-    let mut writer = file_io
-        .new_output("s3://lake/wh/t/metadata/m.avro")
-        .unwrap()
-        .writer()
-        .await
-        .unwrap();
-    writer.write(Bytes::from_static(b"manifest")).await.unwrap();
-    writer.close().await.unwrap();
 
+    // iceberg-storage-opendal's own storage, for comparison: a fetch per file.
+    let theirs = iceberg::io::FileIOBuilder::new(Arc::new(
+        iceberg_storage_opendal::OpenDalResolvingStorageFactory::new(),
+    ))
+    .with_props(props.clone())
+    .build();
+    write_files(&theirs, "theirs").await;
+    assert_eq!(seen.puts.lock().unwrap().len(), 11);
+    assert_eq!(seen.credential_fetches.swap(0, Ordering::SeqCst), 11);
+    seen.puts.lock().unwrap().clear();
+
+    let file_io = floe::storage::build_file_io(props);
+    write_files(&file_io, "floe").await;
     let puts = seen.puts.lock().unwrap().clone();
     assert_eq!(puts.len(), 11, "every file uploaded");
     assert!(
@@ -174,4 +186,38 @@ async fn container_credentials_are_fetched_once_for_many_files() {
         1,
         "fetched once, not per file"
     );
+
+    // Storage refuses the keys (expired early, say): the refusal is floe's to see, and
+    // the next upload fetches them again.
+    seen.refuse_puts.store(1, Ordering::SeqCst);
+    let refused = file_io
+        .new_output("s3://lake/wh/t/data/refused.parquet")
+        .unwrap()
+        .write(Bytes::from_static(b"x"))
+        .await
+        .unwrap_err();
+    let refusal = floe::Error::from(refused);
+    assert!(floe::storage::is_credential_refusal(&refusal), "{refusal}");
+    let file = file_io
+        .new_output("s3://lake/wh/t/data/after.parquet")
+        .unwrap();
+    file.write(Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(seen.credential_fetches.load(Ordering::SeqCst), 2);
+}
+
+/// Ten files by whole-object writes and one through a writer, under `dir`.
+async fn write_files(file_io: &iceberg::io::FileIO, dir: &str) {
+    for n in 0..10 {
+        let path = format!("s3://lake/{dir}/t/data/{n}.parquet");
+        let file = file_io.new_output(&path).unwrap();
+        file.write(Bytes::from(vec![b'x'; 100])).await.unwrap();
+    }
+    let mut writer = file_io
+        .new_output(format!("s3://lake/{dir}/t/metadata/m.avro"))
+        .unwrap()
+        .writer()
+        .await
+        .unwrap();
+    writer.write(Bytes::from_static(b"manifest")).await.unwrap();
+    writer.close().await.unwrap();
 }

@@ -50,7 +50,9 @@ pub struct AnswerHead {
 impl AnswerHead {
     /// Reads the fields from a commit answer's JSON, skipping everything else unparsed,
     /// and stops once it has them all. `None` when the text is not the JSON object it
-    /// should be (the caller then parses it in full, which says what is wrong).
+    /// should be (the caller then parses it in full, which says what is wrong). Answers
+    /// read from a connection go through [`Self::scan_prefix`] or [`Self::scan_ended`].
+    #[cfg(test)]
     pub fn scan(body: &[u8]) -> Option<AnswerHead> {
         Self::scan_to(body).map(|(head, _)| head)
     }
@@ -383,6 +385,22 @@ mod tests {
                 refs: Some(refs),
             }
         );
+    }
+
+    #[test]
+    fn an_ended_answer_whose_last_checked_value_runs_to_its_end_is_no_answer() {
+        let whole = r#"{"metadata-location":"l","metadata":{"format-version":2,"table-uuid":"u",
+            "location":"l","properties":{},"refs":{},"current-snapshot-id":5,
+            "last-sequence-number":123}}"#;
+        let full = AnswerHead::scan_ended(whole.as_bytes()).unwrap();
+        assert_eq!(full.last_sequence_number, Some(123));
+        // Ended after "12": the number may have been cut short.
+        let cut = &whole[..whole.find("123").unwrap() + 2];
+        assert_eq!(head(cut).unwrap().last_sequence_number, Some(12));
+        assert_eq!(AnswerHead::scan_ended(cut.as_bytes()), None);
+        // A head lacking fields was read through its closing braces: nothing is cut.
+        let lacking = r#"{"metadata-location":"l","metadata":{"format-version":2}}"#;
+        assert!(AnswerHead::scan_ended(lacking.as_bytes()).is_some());
     }
 
     #[test]

@@ -622,7 +622,11 @@ impl Catalog for RestCatalog {
     ) -> Result<LoadedTable> {
         self.redacted(async {
             let request = commit_request(ident, requirements, updates);
-            let answer = self.post_commit(ident, &request).await?.whole().await?;
+            let answer = self
+                .post_commit(ident, &request, true)
+                .await?
+                .whole()
+                .await?;
             parse_commit_answer(ident, &answer, HashMap::new())
         })
         .await
@@ -637,8 +641,8 @@ impl Catalog for RestCatalog {
         self.redacted(async {
             let ident = &base.ident;
             let request = commit_request(ident, requirements, updates);
-            let mut answer = self.post_commit(ident, &request).await?;
-            answer.worth_reading_on = !answer_outgrows_read_on(base);
+            let read_on = !answer_outgrows_read_on(base);
+            let mut answer = self.post_commit(ident, &request, read_on).await?;
             let head = answer.head().await?;
             match head.and_then(|head| applied_locally(base, request.updates, head)) {
                 Some(table) => Ok(table),
@@ -676,11 +680,11 @@ struct CommitAnswer {
 /// its connection closed: a new connection costs less than reading megabytes.
 const READ_ON_AFTER_HEAD: usize = 256 << 10;
 
-/// About the least a retained snapshot takes in a commit answer: a minimal one (a
-/// one-digit id, a one-field summary, a short manifest list location, no log entry)
-/// takes ~170 bytes of JSON; real ones (19-digit ids, a manifest list named by a UUID
-/// under the table's location, a full summary, a log entry) several times that.
-/// Misjudged, it costs only a new connection, or 256 KB read for nothing.
+/// Less than a retained snapshot takes in a commit answer as Iceberg's writers make
+/// them: 19-digit ids, a 13-digit time, a manifest list named by a UUID under the
+/// table's location, a summary and a log entry come to several hundred bytes, and even
+/// the tests' small fixture snapshots take ~190. Contrived ones can be smaller (~110
+/// bytes); misjudged, it costs only a new connection, or 256 KB read for nothing.
 const MIN_ANSWER_BYTES_PER_SNAPSHOT: usize = 160;
 
 /// Whether the answer to a commit on `base` will be longer than floe reads on, as told
@@ -691,6 +695,16 @@ fn answer_outgrows_read_on(base: &LoadedTable) -> bool {
 }
 
 impl CommitAnswer {
+    fn new(response: Response, worth_reading_on: bool) -> Self {
+        CommitAnswer {
+            read: Vec::new(),
+            past_head: Vec::new(),
+            rest: Some(response),
+            worth_reading_on,
+            broken: None,
+        }
+    }
+
     async fn next_chunk(&mut self) -> Result<Option<bytes::Bytes>> {
         let Some(response) = self.rest.as_mut() else {
             return Ok(None);
@@ -951,11 +965,13 @@ impl RestCatalog {
         }
     }
 
-    /// Posts a commit; returns a successful answer, to be read.
+    /// Posts a commit; returns a successful answer, to be read (past its checked fields
+    /// only if `read_on`, see [`CommitAnswer::read_on`]).
     async fn post_commit(
         &self,
         ident: &TableIdent,
         request: &CommitTableRequest,
+        read_on: bool,
     ) -> Result<CommitAnswer> {
         let response = match self
             .send(Method::POST, &self.table_url(ident), Some(request))
@@ -973,13 +989,7 @@ impl RestCatalog {
         };
         let status = response.status();
         if status.is_success() {
-            return Ok(CommitAnswer {
-                read: Vec::new(),
-                past_head: Vec::new(),
-                rest: Some(response),
-                worth_reading_on: true,
-                broken: None,
-            });
+            return Ok(CommitAnswer::new(response, read_on));
         }
         let error = status_error(response, &format!("commit to {ident}")).await;
         // Only answers that say the request was refused are definite; any other (5xx,
@@ -1069,14 +1079,7 @@ mod tests {
                 let _ = socket.write_all(b"0\r\n\r\n").await;
             }
         });
-        let response = reqwest::get(url).await.unwrap();
-        CommitAnswer {
-            read: Vec::new(),
-            past_head: Vec::new(),
-            rest: Some(response),
-            worth_reading_on: true,
-            broken: None,
-        }
+        CommitAnswer::new(reqwest::get(url).await.unwrap(), true)
     }
 
     /// Bytes of the answer taken from the connection so far.
@@ -1117,7 +1120,7 @@ mod tests {
     async fn an_answer_its_table_says_is_long_is_not_read_on() {
         let body = big_answer(40_000);
         let mut answer = served_answer_framed(body.clone(), false, Framing::Chunked).await;
-        answer.worth_reading_on = false;
+        answer.worth_reading_on = false; // as commit_on sets it for a table that says so
         assert!(answer.head().await.unwrap().is_some());
         assert!(answer.past_head.is_empty());
         assert_eq!(answer.whole().await.unwrap(), body.as_bytes());

@@ -111,6 +111,8 @@ fn s3_path(path: &str) -> Option<Result<S3Path<'_>>> {
     let prefix = format!("{scheme}://{bucket}/");
     Some(match path.strip_prefix(&prefix) {
         Some(key) => Ok(S3Path {
+            // The host as it stands in `path` (the parser's copy lives only as long as
+            // `url`): between `{scheme}://` and the `/` that ends the prefix.
             bucket: &path[scheme.len() + 3..prefix.len() - 1],
             key,
         }),
@@ -127,17 +129,36 @@ fn io_error(e: opendal::Error) -> Error {
     Error::new(ErrorKind::Unexpected, "Failure in doing io operation").with_source(e)
 }
 
-impl Shared {
+/// Where a path's requests go.
+enum Route<'p> {
+    /// An S3 file: its bucket's operator and its key there.
+    S3 {
+        op: Operator,
+        key: &'p str,
+        bucket: Bucket,
+    },
+    /// Any other path: iceberg-storage-opendal.
+    Other(Arc<dyn Storage>),
+}
+
+/// A bucket whose operator is kept, for reporting its errors.
+struct Bucket {
+    shared: Arc<Shared>,
+    name: String,
+}
+
+impl Bucket {
     /// `e` as iceberg's error. A refusal of the credentials also drops the bucket's
     /// operator, so the next request builds one that reads them again: keys without an
     /// expiry (a credentials file rewritten by another tool, say) would otherwise be
     /// kept for good, where iceberg-storage-opendal read them anew for every file.
-    fn failed(&self, bucket: &str, e: opendal::Error) -> Error {
+    fn failed(&self, e: opendal::Error) -> Error {
         if super::is_credential_refusal_text(&e.to_string()) {
-            self.operators
+            self.shared
+                .operators
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .remove(bucket);
+                .remove(&self.name);
         }
         io_error(e)
     }
@@ -172,19 +193,19 @@ impl FloeStorage {
         Ok(self.shared.s3_config.get_or_init(|| config))
     }
 
-    /// The operator of `path`'s bucket and where the file is; `None` for paths that are
-    /// not S3.
-    fn s3<'p>(&self, path: &'p str) -> Option<Result<(Operator, S3Path<'p>)>> {
-        let at = match s3_path(path)? {
-            Ok(at) => at,
-            Err(e) => return Some(Err(e)),
+    fn route<'p>(&self, path: &'p str) -> Result<Route<'p>> {
+        let Some(at) = s3_path(path) else {
+            return Ok(Route::Other(self.others()?));
         };
-        Some(self.operator(at.bucket).map(|op| (op, at)))
-    }
-
-    /// Reports `e` for `at`'s bucket (see [`Shared::failed`]).
-    fn failed(&self, at: &S3Path<'_>, e: opendal::Error) -> Error {
-        self.shared.failed(at.bucket, e)
+        let at = at?;
+        Ok(Route::S3 {
+            op: self.operator(at.bucket)?,
+            key: at.key,
+            bucket: Bucket {
+                shared: self.shared.clone(),
+                name: at.bucket.to_string(),
+            },
+        })
     }
 
     fn operator(&self, bucket: &str) -> Result<Operator> {
@@ -215,35 +236,24 @@ fn parsed_s3_config(props: &HashMap<String, String>) -> Result<S3Config> {
         customized_credential_load: None,
     };
     let storage = factory.build(&StorageConfig::from_props(props.clone()))?;
+    // serde's messages may quote a value, and these are credentials: not passed on.
     let unreadable = |why: &str| {
         Error::new(
             ErrorKind::Unexpected,
             format!("the S3 settings iceberg-storage-opendal derived cannot be read: {why}"),
         )
     };
-    let form = serde_json::to_value(&storage).map_err(|e| unreadable(&e.to_string()))?;
+    let form =
+        serde_json::to_value(&storage).map_err(|_| unreadable("its storage did not serialise"))?;
     let config = form
         .get("S3")
         .and_then(|s3| s3.get("config"))
         .ok_or_else(|| unreadable("no S3.config in its serialised form"))?;
-    S3Config::deserialize(config).map_err(|e| unreadable(&e.to_string()))
-}
-
-/// A bucket's errors, reported through [`Shared::failed`] after the call that made the
-/// reader or writer has returned.
-struct Reporter {
-    shared: Arc<Shared>,
-    bucket: String,
-}
-
-impl Reporter {
-    fn failed(&self, e: opendal::Error) -> Error {
-        self.shared.failed(&self.bucket, e)
-    }
+    S3Config::deserialize(config).map_err(|_| unreadable("not opendal's S3Config"))
 }
 
 /// An opendal reader as iceberg's `FileRead`.
-struct S3Reader(opendal::Reader, Reporter);
+struct S3Reader(opendal::Reader, Bucket);
 
 #[async_trait::async_trait]
 impl FileRead for S3Reader {
@@ -254,7 +264,7 @@ impl FileRead for S3Reader {
 }
 
 /// An opendal writer as iceberg's `FileWrite`.
-struct S3Writer(opendal::Writer, Reporter);
+struct S3Writer(opendal::Writer, Bucket);
 
 #[async_trait::async_trait]
 impl FileWrite for S3Writer {
@@ -268,81 +278,73 @@ impl FileWrite for S3Writer {
     }
 }
 
-impl FloeStorage {
-    fn reporter(&self, at: &S3Path<'_>) -> Reporter {
-        Reporter {
-            shared: self.shared.clone(),
-            bucket: at.bucket.to_string(),
-        }
-    }
-}
-
 #[typetag::serde]
 #[async_trait::async_trait]
 impl Storage for FloeStorage {
     async fn exists(&self, path: &str) -> Result<bool> {
-        let Some(s3) = self.s3(path) else {
-            return self.others()?.exists(path).await;
-        };
-        let (op, at) = s3?;
-        op.exists(at.key).await.map_err(|e| self.failed(&at, e))
+        match self.route(path)? {
+            Route::S3 { op, key, bucket } => op.exists(key).await.map_err(|e| bucket.failed(e)),
+            Route::Other(other) => other.exists(path).await,
+        }
     }
 
     async fn metadata(&self, path: &str) -> Result<FileMetadata> {
-        let Some(s3) = self.s3(path) else {
-            return self.others()?.metadata(path).await;
-        };
-        let (op, at) = s3?;
-        let meta = op.stat(at.key).await.map_err(|e| self.failed(&at, e))?;
-        Ok(FileMetadata {
-            size: meta.content_length(),
-        })
+        match self.route(path)? {
+            Route::S3 { op, key, bucket } => {
+                let meta = op.stat(key).await.map_err(|e| bucket.failed(e))?;
+                Ok(FileMetadata {
+                    size: meta.content_length(),
+                })
+            }
+            Route::Other(other) => other.metadata(path).await,
+        }
     }
 
     async fn read(&self, path: &str) -> Result<Bytes> {
-        let Some(s3) = self.s3(path) else {
-            return self.others()?.read(path).await;
-        };
-        let (op, at) = s3?;
-        let bytes = op.read(at.key).await.map_err(|e| self.failed(&at, e))?;
-        Ok(bytes.to_bytes())
+        match self.route(path)? {
+            Route::S3 { op, key, bucket } => {
+                let bytes = op.read(key).await.map_err(|e| bucket.failed(e))?;
+                Ok(bytes.to_bytes())
+            }
+            Route::Other(other) => other.read(path).await,
+        }
     }
 
     async fn reader(&self, path: &str) -> Result<Box<dyn FileRead>> {
-        let Some(s3) = self.s3(path) else {
-            return self.others()?.reader(path).await;
-        };
-        let (op, at) = s3?;
-        let reader = op.reader(at.key).await.map_err(|e| self.failed(&at, e))?;
-        Ok(Box::new(S3Reader(reader, self.reporter(&at))))
+        match self.route(path)? {
+            Route::S3 { op, key, bucket } => {
+                let reader = op.reader(key).await.map_err(|e| bucket.failed(e))?;
+                Ok(Box::new(S3Reader(reader, bucket)))
+            }
+            Route::Other(other) => other.reader(path).await,
+        }
     }
 
     async fn write(&self, path: &str, bs: Bytes) -> Result<()> {
-        let Some(s3) = self.s3(path) else {
-            return self.others()?.write(path, bs).await;
-        };
-        let (op, at) = s3?;
-        op.write(at.key, bs)
-            .await
-            .map_err(|e| self.failed(&at, e))?;
-        Ok(())
+        match self.route(path)? {
+            Route::S3 { op, key, bucket } => {
+                op.write(key, bs).await.map_err(|e| bucket.failed(e))?;
+                Ok(())
+            }
+            Route::Other(other) => other.write(path, bs).await,
+        }
     }
 
     async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
-        let Some(s3) = self.s3(path) else {
-            return self.others()?.writer(path).await;
-        };
-        let (op, at) = s3?;
-        let writer = op.writer(at.key).await.map_err(|e| self.failed(&at, e))?;
-        Ok(Box::new(S3Writer(writer, self.reporter(&at))))
+        match self.route(path)? {
+            Route::S3 { op, key, bucket } => {
+                let writer = op.writer(key).await.map_err(|e| bucket.failed(e))?;
+                Ok(Box::new(S3Writer(writer, bucket)))
+            }
+            Route::Other(other) => other.writer(path).await,
+        }
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
-        let Some(s3) = self.s3(path) else {
-            return self.others()?.delete(path).await;
-        };
-        let (op, at) = s3?;
-        op.delete(at.key).await.map_err(|e| self.failed(&at, e))
+        match self.route(path)? {
+            Route::S3 { op, key, bucket } => op.delete(key).await.map_err(|e| bucket.failed(e)),
+            Route::Other(other) => other.delete(path).await,
+        }
     }
 
     /// Rare (dropping a table's files): left to iceberg-storage-opendal.
@@ -356,22 +358,16 @@ impl Storage for FloeStorage {
     }
 
     fn new_input(&self, path: &str) -> Result<InputFile> {
-        match s3_path(path) {
-            Some(at) => {
-                at?;
-                Ok(InputFile::new(Arc::new(self.clone()), path.to_string()))
-            }
-            None => self.others()?.new_input(path),
+        match self.route(path)? {
+            Route::S3 { .. } => Ok(InputFile::new(Arc::new(self.clone()), path.to_string())),
+            Route::Other(other) => other.new_input(path),
         }
     }
 
     fn new_output(&self, path: &str) -> Result<OutputFile> {
-        match s3_path(path) {
-            Some(at) => {
-                at?;
-                Ok(OutputFile::new(Arc::new(self.clone()), path.to_string()))
-            }
-            None => self.others()?.new_output(path),
+        match self.route(path)? {
+            Route::S3 { .. } => Ok(OutputFile::new(Arc::new(self.clone()), path.to_string())),
+            Route::Other(other) => other.new_output(path),
         }
     }
 }
@@ -467,19 +463,25 @@ mod tests {
             ("s3.access-key-id", "AKID"),
             ("s3.secret-access-key", "SECRET"),
         ]));
-        let (a, at) = storage.s3("s3://lake/wh/f1").unwrap().unwrap();
-        assert_eq!(at.key, "wh/f1");
-        let (b, _) = storage.s3("s3a://lake/wh/f2").unwrap().unwrap();
-        let (c, _) = storage.s3("s3://other/f").unwrap().unwrap();
-        assert_eq!(a.info().name(), "lake");
-        assert_eq!(c.info().name(), "other");
+        let s3 = |storage: &FloeStorage, path| match storage.route(path).unwrap() {
+            Route::S3 { op, key, .. } => (op.info().name().to_string(), key.to_string()),
+            Route::Other(_) => panic!("{path} is an S3 path"),
+        };
+        assert_eq!(
+            s3(&storage, "s3://lake/wh/f1"),
+            ("lake".into(), "wh/f1".into())
+        );
+        s3(&storage, "s3a://lake/wh/f2");
+        assert_eq!(s3(&storage, "s3://other/f").0, "other");
         assert_eq!(storage.shared.operators.lock().unwrap().len(), 2);
         // Files handed out share the cache.
         let copy = storage.clone();
-        copy.s3("s3://lake/wh/f3").unwrap().unwrap();
+        s3(&copy, "s3://lake/wh/f3");
         assert_eq!(storage.shared.operators.lock().unwrap().len(), 2);
-        assert_eq!(a.info().name(), b.info().name());
-        assert!(storage.s3("file:///tmp/f").is_none());
+        assert!(matches!(
+            storage.route("file:///tmp/f").unwrap(),
+            Route::Other(_)
+        ));
     }
 
     /// An S3 endpoint on 127.0.0.1 that answers every request with `status` and an S3
