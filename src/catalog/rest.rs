@@ -622,11 +622,7 @@ impl Catalog for RestCatalog {
     ) -> Result<LoadedTable> {
         self.redacted(async {
             let request = commit_request(ident, requirements, updates);
-            let answer = self
-                .post_commit(ident, &request, true)
-                .await?
-                .whole()
-                .await?;
+            let answer = self.post_commit(ident, &request).await?.whole().await?;
             parse_commit_answer(ident, &answer, HashMap::new())
         })
         .await
@@ -641,9 +637,8 @@ impl Catalog for RestCatalog {
         self.redacted(async {
             let ident = &base.ident;
             let request = commit_request(ident, requirements, updates);
-            let read_on = !answer_outgrows_read_on(base);
-            let mut answer = self.post_commit(ident, &request, read_on).await?;
-            let head = answer.head().await?;
+            let mut answer = self.post_commit(ident, &request).await?;
+            let head = answer.head(!answer_outgrows_read_on(base)).await?;
             match head.and_then(|head| applied_locally(base, request.updates, head)) {
                 Some(table) => Ok(table),
                 None => {
@@ -669,8 +664,6 @@ struct CommitAnswer {
     past_head: Vec<bytes::Bytes>,
     /// The body still to come; `None` once it ended or failed.
     rest: Option<Response>,
-    /// Whether to read on past the checked fields (see [`CommitAnswer::read_on`]).
-    worth_reading_on: bool,
     /// Why the body ended early, if it did while reading on past the checked fields.
     broken: Option<Error>,
 }
@@ -695,12 +688,11 @@ fn answer_outgrows_read_on(base: &LoadedTable) -> bool {
 }
 
 impl CommitAnswer {
-    fn new(response: Response, worth_reading_on: bool) -> Self {
+    fn new(response: Response) -> Self {
         CommitAnswer {
             read: Vec::new(),
             past_head: Vec::new(),
             rest: Some(response),
-            worth_reading_on,
             broken: None,
         }
     }
@@ -726,8 +718,10 @@ impl CommitAnswer {
     }
 
     /// The checked fields, from as little of the answer as holds them; `None` when the
-    /// whole answer does not hold them all.
-    async fn head(&mut self) -> Result<Option<AnswerHead>> {
+    /// whole answer does not hold them all. With `read_on`, what follows them may be read
+    /// too (see [`CommitAnswer::read_on`]); without, the answer's table is known to be too
+    /// long for it.
+    async fn head(&mut self, read_on: bool) -> Result<Option<AnswerHead>> {
         // Scanned again each time the text read doubles: linear in the answer's size even
         // when the fields come last.
         let mut next_scan = 0;
@@ -737,7 +731,9 @@ impl CommitAnswer {
                 continue;
             }
             if let Some(head) = AnswerHead::scan_prefix(&self.read) {
-                self.read_on().await;
+                if read_on {
+                    self.read_on().await;
+                }
                 return Ok(Some(head));
             }
             next_scan = 2 * self.read.len();
@@ -745,12 +741,13 @@ impl CommitAnswer {
         Ok(AnswerHead::scan_ended(&self.read))
     }
 
-    /// Reads up to [`READ_ON_AFTER_HEAD`] more, unless more than that is left, as the
-    /// answer says or its table's snapshots tell: its connection closes unread either way. A failure here is kept for
-    /// [`CommitAnswer::whole`]: the checked fields stand, the whole answer is unknown.
+    /// Reads up to [`READ_ON_AFTER_HEAD`] more, so a short answer ends and its connection
+    /// is kept; not when the answer says more than that is left, as its connection closes
+    /// unread either way. A failure here is kept for [`CommitAnswer::whole`]: the checked
+    /// fields stand, the whole answer is unknown.
     async fn read_on(&mut self) {
         let left = self.rest.as_ref().and_then(Response::content_length);
-        if !self.worth_reading_on || left.is_some_and(|left| left > READ_ON_AFTER_HEAD as u64) {
+        if left.is_some_and(|left| left > READ_ON_AFTER_HEAD as u64) {
             return;
         }
         let mut more = 0;
@@ -965,13 +962,11 @@ impl RestCatalog {
         }
     }
 
-    /// Posts a commit; returns a successful answer, to be read (past its checked fields
-    /// only if `read_on`, see [`CommitAnswer::read_on`]).
+    /// Posts a commit; returns a successful answer, to be read.
     async fn post_commit(
         &self,
         ident: &TableIdent,
         request: &CommitTableRequest,
-        read_on: bool,
     ) -> Result<CommitAnswer> {
         let response = match self
             .send(Method::POST, &self.table_url(ident), Some(request))
@@ -989,7 +984,7 @@ impl RestCatalog {
         };
         let status = response.status();
         if status.is_success() {
-            return Ok(CommitAnswer::new(response, read_on));
+            return Ok(CommitAnswer::new(response));
         }
         let error = status_error(response, &format!("commit to {ident}")).await;
         // Only answers that say the request was refused are definite; any other (5xx,
@@ -1079,7 +1074,7 @@ mod tests {
                 let _ = socket.write_all(b"0\r\n\r\n").await;
             }
         });
-        CommitAnswer::new(reqwest::get(url).await.unwrap(), true)
+        CommitAnswer::new(reqwest::get(url).await.unwrap())
     }
 
     /// Bytes of the answer taken from the connection so far.
@@ -1092,7 +1087,7 @@ mod tests {
         let body = big_answer(40_000);
         assert!(body.len() > 1 << 20);
         let mut answer = served_answer(body.clone(), false).await;
-        let head = answer.head().await.unwrap().unwrap();
+        let head = answer.head(true).await.unwrap().unwrap();
         assert_eq!(head, AnswerHead::scan(body.as_bytes()).unwrap());
         assert_eq!(head.last_sequence_number, Some(123));
         // Its length said more than READ_ON_AFTER_HEAD was left: nothing is read on.
@@ -1106,7 +1101,7 @@ mod tests {
     async fn a_long_answer_of_unknown_length_is_read_on_only_so_far() {
         let body = big_answer(40_000);
         let mut answer = served_answer_framed(body.clone(), false, Framing::Chunked).await;
-        assert!(answer.head().await.unwrap().is_some());
+        assert!(answer.head(true).await.unwrap().is_some());
         let past_head = taken(&answer) - answer.read.len();
         assert!(
             (READ_ON_AFTER_HEAD..READ_ON_AFTER_HEAD + (64 << 10)).contains(&past_head),
@@ -1120,8 +1115,8 @@ mod tests {
     async fn an_answer_its_table_says_is_long_is_not_read_on() {
         let body = big_answer(40_000);
         let mut answer = served_answer_framed(body.clone(), false, Framing::Chunked).await;
-        answer.worth_reading_on = false; // as commit_on sets it for a table that says so
-        assert!(answer.head().await.unwrap().is_some());
+        // As commit_on asks for a table whose snapshots say so.
+        assert!(answer.head(false).await.unwrap().is_some());
         assert!(answer.past_head.is_empty());
         assert_eq!(answer.whole().await.unwrap(), body.as_bytes());
     }
@@ -1173,7 +1168,7 @@ mod tests {
         assert!(body.len() > 128 << 10 && body.len() < READ_ON_AFTER_HEAD);
         for framing in [Framing::ContentLength, Framing::Chunked] {
             let mut answer = served_answer_framed(body.clone(), false, framing).await;
-            assert!(answer.head().await.unwrap().is_some());
+            assert!(answer.head(true).await.unwrap().is_some());
             assert!(answer.rest.is_none(), "a small answer is read to its end");
             assert_eq!(answer.whole().await.unwrap(), body.as_bytes());
         }
@@ -1183,11 +1178,11 @@ mod tests {
     async fn an_answer_cut_short_is_an_unknown_outcome() {
         // Cut before the checked fields end: no head, and the outcome is unknown.
         let mut answer = served_answer(" ".repeat(100_000) + &big_answer(10), true).await;
-        let e = answer.head().await.unwrap_err();
+        let e = answer.head(true).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::CommitStateUnknown);
         // Cut after them: the head stands; the whole answer is unknown, and says why.
         let mut answer = served_answer(big_answer(40_000), true).await;
-        assert!(answer.head().await.unwrap().is_some());
+        assert!(answer.head(true).await.unwrap().is_some());
         let e = answer.whole().await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::CommitStateUnknown);
         assert!(e.message().contains("commit"), "{e}");
@@ -1201,11 +1196,16 @@ mod tests {
         let cut = &whole[..whole.find("123").unwrap() + 2];
         let mut answer =
             served_answer_framed(cut.to_string(), false, Framing::CloseDelimited).await;
-        assert_eq!(answer.head().await.unwrap(), None);
+        assert_eq!(answer.head(true).await.unwrap(), None);
         // The same framing, uncut, is read as usual.
         let mut answer = served_answer_framed(whole.clone(), false, Framing::CloseDelimited).await;
         assert_eq!(
-            answer.head().await.unwrap().unwrap().last_sequence_number,
+            answer
+                .head(true)
+                .await
+                .unwrap()
+                .unwrap()
+                .last_sequence_number,
             Some(123)
         );
         assert_eq!(answer.whole().await.unwrap(), whole.as_bytes());

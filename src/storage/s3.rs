@@ -357,17 +357,19 @@ impl Storage for FloeStorage {
         self.others()?.delete_stream(paths).await
     }
 
+    /// An S3 path is only checked here: the file's reads route it again.
     fn new_input(&self, path: &str) -> Result<InputFile> {
-        match self.route(path)? {
-            Route::S3 { .. } => Ok(InputFile::new(Arc::new(self.clone()), path.to_string())),
-            Route::Other(other) => other.new_input(path),
+        match s3_path(path) {
+            Some(at) => at.map(|_| InputFile::new(Arc::new(self.clone()), path.to_string())),
+            None => self.others()?.new_input(path),
         }
     }
 
+    /// An S3 path is only checked here: the file's writes route it again.
     fn new_output(&self, path: &str) -> Result<OutputFile> {
-        match self.route(path)? {
-            Route::S3 { .. } => Ok(OutputFile::new(Arc::new(self.clone()), path.to_string())),
-            Route::Other(other) => other.new_output(path),
+        match s3_path(path) {
+            Some(at) => at.map(|_| OutputFile::new(Arc::new(self.clone()), path.to_string())),
+            None => self.others()?.new_output(path),
         }
     }
 }
