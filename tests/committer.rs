@@ -127,6 +127,11 @@ enum Fault {
     /// re-sent the POST would. The commit landed, but its snapshot id and commit id are
     /// gone from the table's history.
     ApplyThenForeignExpiryThen409,
+    /// Forward it unchanged (lets earlier commits through).
+    Pass,
+    /// Do not forward; answer 503, and every request of the next 4 s too: the catalog
+    /// went down before it saw the commit.
+    RefuseThenGoDown,
 }
 
 /// A small HTTP/1.1 proxy in front of the REST catalog that injects `faults`, in order,
@@ -134,6 +139,8 @@ enum Fault {
 struct FaultProxy {
     url: String,
     injected: Arc<AtomicUsize>,
+    /// Commit requests that reached the catalog.
+    forwarded: Arc<AtomicUsize>,
 }
 
 impl FaultProxy {
@@ -142,25 +149,33 @@ impl FaultProxy {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let faults = Arc::new(std::sync::Mutex::new(faults.into_iter()));
         let injected = Arc::new(AtomicUsize::new(0));
+        let forwarded = Arc::new(AtomicUsize::new(0));
         let upstream_addr = upstream.trim_start_matches("http://").to_string();
         let count = injected.clone();
+        let sent = forwarded.clone();
         // Set by the faults that take the catalog down: until then, every request fails.
         let down_until = Arc::new(std::sync::Mutex::new(None));
         tokio::spawn(async move {
             loop {
                 let (client, _) = listener.accept().await.unwrap();
-                let (faults, count, upstream_addr, down) = (
+                let (faults, count, sent, upstream_addr, down) = (
                     faults.clone(),
                     count.clone(),
+                    sent.clone(),
                     upstream_addr.clone(),
                     down_until.clone(),
                 );
                 tokio::spawn(async move {
-                    let _ = proxy_one(client, &upstream_addr, &faults, &count, &down).await;
+                    let counters = (&*count, &*sent);
+                    let _ = proxy_one(client, &upstream_addr, &faults, counters, &down).await;
                 });
             }
         });
-        FaultProxy { url, injected }
+        FaultProxy {
+            url,
+            injected,
+            forwarded,
+        }
     }
 }
 
@@ -168,7 +183,7 @@ async fn proxy_one(
     mut client: tokio::net::TcpStream,
     upstream: &str,
     faults: &std::sync::Mutex<std::vec::IntoIter<Fault>>,
-    injected: &AtomicUsize,
+    (injected, forwarded): (&AtomicUsize, &AtomicUsize),
     down_until: &std::sync::Mutex<Option<std::time::Instant>>,
 ) -> std::io::Result<()> {
     let (first_line, request) = read_request(&mut client).await?;
@@ -199,6 +214,13 @@ async fn proxy_one(
         Some(Fault::Reject) => Some((400, "Bad Request", "refused by the test proxy")),
         _ => None,
     };
+    if fault == Some(Fault::RefuseThenGoDown) {
+        injected.fetch_add(1, Ordering::SeqCst);
+        down(std::time::Duration::from_secs(4));
+        let answer =
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        return client.write_all(answer.as_bytes()).await;
+    }
     if fault == Some(Fault::Redirect) {
         injected.fetch_add(1, Ordering::SeqCst);
         let path = first_line.split(' ').nth(1).unwrap_or_default();
@@ -215,6 +237,9 @@ async fn proxy_one(
             body.len()
         );
         return client.write_all(answer.as_bytes()).await;
+    }
+    if is_commit {
+        forwarded.fetch_add(1, Ordering::SeqCst);
     }
     let mut up = tokio::net::TcpStream::connect(upstream).await?;
     up.write_all(&request).await?;
@@ -420,6 +445,74 @@ fn a_refusal_that_cannot_be_checked_keeps_the_files() {
         ids_read_back("committer.refused_applied"),
         (0..10).collect::<Vec<_>>()
     );
+}
+
+/// Regression (attack on keeping the committer's own table out of the view): a commit
+/// that failed while the catalog was down used up the table the committer kept, and the
+/// view it fell back to was its table as last published, commits behind. The next call
+/// then met a conflict before landing. After such a failure the table is loaded again
+/// before the next commit is built.
+#[test]
+fn a_commit_failed_in_an_outage_is_followed_by_one_on_the_tables_head() {
+    commit_after_an_outage("outage_head", None);
+}
+
+/// The same with exactly-once. Each of its commits rewrites the writer's record (a table
+/// property), which no longer publishes the table: these commits are kept as the head
+/// too, and the retried call must land once, on the table's head.
+#[test]
+fn an_exactly_once_commit_failed_in_an_outage_is_followed_by_one_on_the_tables_head() {
+    commit_after_an_outage("outage_head_once", Some("outage-writer"));
+}
+
+/// Two commits, a third refused while the catalog goes down for 4 s (the call fails as
+/// unknown), then that call retried by the host and one more.
+fn commit_after_an_outage(table: &str, writer_id: Option<&str>) {
+    let rt = runtime();
+    let faults = vec![Fault::Pass, Fault::Pass, Fault::RefuseThenGoDown];
+    let mut commit = json!({"retry_timeout": "2s"});
+    if let Some(id) = writer_id {
+        commit["exactly_once"] = json!({"writer_id": id});
+    }
+    let (proxy, writer) = writer_behind_with(&rt, faults, table, commit);
+    let texts: Vec<Vec<String>> = (0..4).map(|b| rows(b * 10, b * 10 + 10)).collect();
+    let batch = |b: usize| match writer_id {
+        Some(_) => positioned(&texts[b], "topic/0", b as i64 * 10),
+        None => messages(&texts[b]),
+    };
+    let write = |b: usize| {
+        let out = rt
+            .block_on(writer.write_batch(&batch(b)))
+            .expect("write call");
+        assert!(
+            out.failures.iter().all(Option::is_none),
+            "{:?}",
+            out.failures
+        );
+    };
+    write(0);
+    write(1);
+    let error = match rt.block_on(writer.write_batch(&batch(2))) {
+        Err(e) => e,
+        Ok(out) => panic!("the call should have failed as a whole, yet returned {out:?}"),
+    };
+    assert_eq!(error.kind(), floe::ErrorKind::CommitStateUnknown, "{error}");
+    assert_eq!(proxy.injected.load(Ordering::SeqCst), 1);
+    std::thread::sleep(std::time::Duration::from_millis(4_500));
+    let before = proxy.forwarded.load(Ordering::SeqCst);
+    // The host retries the failed call, then goes on.
+    write(2);
+    write(3);
+    assert_eq!(
+        proxy.forwarded.load(Ordering::SeqCst) - before,
+        2,
+        "each commit after the outage sent once, none refused as built on an old head"
+    );
+    let name = format!("committer.{table}");
+    let (snapshots, summary) = table_stats(&writer, &rt, &name);
+    assert_eq!(snapshots, 4);
+    assert_eq!(summary["total-records"], json!("40"));
+    assert_eq!(ids_read_back(&name), (0..40).collect::<Vec<_>>());
 }
 
 /// Regression (fault matrix: the REST fixture SIGKILLed mid-run, at-least-once): the

@@ -129,10 +129,11 @@ pub trait Catalog: Send + Sync {
     /// table the catalog sent back (see [`answer`]): cheaper for long histories, but
     /// blind to what the check does not cover (snapshots another tool removed,
     /// statistics, schemas and specs that are not current, the logs), which the caller
-    /// reloads to see.
+    /// reloads to see. `base` is taken so that its metadata, if held nowhere else, is
+    /// changed in place rather than copied (see [`answer::apply_updates`]).
     async fn commit_on(
         &self,
-        base: &LoadedTable,
+        base: LoadedTable,
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
     ) -> Result<LoadedTable> {

@@ -630,20 +630,21 @@ impl Catalog for RestCatalog {
 
     async fn commit_on(
         &self,
-        base: &LoadedTable,
+        base: LoadedTable,
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
     ) -> Result<LoadedTable> {
         self.redacted(async {
-            let ident = &base.ident;
-            let request = commit_request(ident, requirements, updates);
-            let mut answer = self.post_commit(ident, &request).await?;
-            let head = answer.head(!answer_outgrows_read_on(base)).await?;
+            let ident = base.ident.clone();
+            let io_props = base.io_props.clone();
+            let request = commit_request(&ident, requirements, updates);
+            let mut answer = self.post_commit(&ident, &request).await?;
+            let head = answer.head(!answer_outgrows_read_on(&base)).await?;
             match head.and_then(|head| applied_locally(base, request.updates, head)) {
                 Some(table) => Ok(table),
                 None => {
                     let answer = answer.whole().await?;
-                    parse_commit_answer(ident, &answer, base.io_props.clone())
+                    parse_commit_answer(&ident, &answer, io_props)
                 }
             }
         })
@@ -818,34 +819,39 @@ fn parse_commit_answer(
 /// `base` with `updates` applied, if the catalog's answer agrees with it (see
 /// [`super::answer`]); `None` sends the caller to the answer's own table.
 fn applied_locally(
-    base: &LoadedTable,
+    base: LoadedTable,
     updates: Vec<TableUpdate>,
     head: AnswerHead,
 ) -> Option<LoadedTable> {
     let refs = refs_after(base.refs(), &updates);
-    let metadata = match apply_updates(&base.metadata, base.metadata_location.clone(), updates) {
+    let LoadedTable {
+        ident,
+        metadata_location,
+        metadata,
+        io_props,
+        ..
+    } = base;
+    let metadata = match apply_updates(metadata, metadata_location, updates) {
         Ok(m) => m,
         Err(e) => {
             tracing::debug!(
-                "commit to {}: applying it locally failed ({e}); reading the catalog's answer",
-                base.ident
+                "commit to {ident}: applying it locally failed ({e}); reading the catalog's answer"
             );
             return None;
         }
     };
     if !head.agrees_with(&metadata, refs.as_ref()) {
         tracing::debug!(
-            "commit to {}: the catalog's answer differs from the commit applied locally; reading the answer",
-            base.ident
+            "commit to {ident}: the catalog's answer differs from the commit applied locally; reading the answer"
         );
         return None;
     }
     Some(
         LoadedTable::new(
-            base.ident.clone(),
+            ident,
             head.metadata_location,
             std::sync::Arc::new(metadata),
-            base.io_props.clone(),
+            io_props,
         )
         .with_refs(refs),
     )

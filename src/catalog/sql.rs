@@ -296,8 +296,12 @@ impl Catalog for SqlCatalog {
             .expect("loaded tables have one");
         // An update the metadata refuses is the catalog refusing the commit (as a REST
         // catalog answers 400), never a message's fault.
-        let metadata = apply_updates(&current.metadata, Some(previous_location.clone()), updates)
-            .map_err(|e| {
+        let metadata = apply_updates(
+            current.metadata.clone(),
+            Some(previous_location.clone()),
+            updates,
+        )
+        .map_err(|e| {
             Error::new(
                 ErrorKind::Rejected,
                 format!("embedded catalog refused the commit to {ident}: {e}"),

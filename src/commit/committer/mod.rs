@@ -183,6 +183,8 @@ impl TableCommitter {
                 loaded_at: std::time::Instant::now(),
                 commits_done,
                 refusals,
+                head: None,
+                behind: false,
             }
             .run(encoded_rx),
         );

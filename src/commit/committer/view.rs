@@ -1,6 +1,7 @@
 //! What the committer knows of its table (schema, key, strategy, file settings),
 //! shared read-only with write calls; and which upsert strategy a table takes.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use iceberg::io::FileIO;
@@ -10,7 +11,7 @@ use tokio::sync::watch;
 use super::{CommitterOptions, Ledger};
 use crate::catalog::LoadedTable;
 use crate::commit::merge::MergePolicy;
-use crate::commit::offsets::committed_offsets;
+use crate::commit::offsets::{OFFSETS_PROPERTY_PREFIX, committed_offsets};
 use crate::config::MergeStrategy;
 use crate::error::{Error, Result};
 use crate::rowops::KeyColumns;
@@ -153,8 +154,7 @@ pub(super) fn merge_strategy(
                 MergeStrategy::MergeOnRead if positional => MergeStrategy::MergeOnReadPositional,
                 t => t,
             };
-            // Debug: views are rebuilt whenever a property changes (with exactly-once,
-            // every commit).
+            // Debug: views are rebuilt whenever a setting changes.
             tracing::debug!(
                 "upserts and deletes use {} (the table's write modes; merge_strategy is unset)",
                 t.name()
@@ -207,6 +207,58 @@ pub(super) fn check_merge_on_read(metadata: &TableMetadata, keys: &KeyColumns) -
     Ok(())
 }
 
+/// Whether the two tables agree on what the view's settings are built from: the same
+/// table (a table dropped and created again may have the same schema and spec ids, but
+/// the key's field ids are the old one's), format version (it decides merging and row
+/// lineage; another tool may upgrade it), schema, partition spec and properties.
+fn same_shape(a: &LoadedTable, b: &LoadedTable) -> bool {
+    a.metadata.uuid() == b.metadata.uuid()
+        && a.metadata.format_version() == b.metadata.format_version()
+        && a.metadata.current_schema_id() == b.metadata.current_schema_id()
+        && a.metadata.default_partition_spec_id() == b.metadata.default_partition_spec_id()
+        && same_settings(a.metadata.properties(), b.metadata.properties())
+}
+
+/// Whether two tables' properties agree on all but the exactly-once records
+/// (`floe.offsets.*`), which an exactly-once writer's every commit rewrites and which no
+/// setting is read from (the ledger takes them in, see [`take_in_offsets`]).
+fn same_settings(a: &HashMap<String, String>, b: &HashMap<String, String>) -> bool {
+    let settings = |p: &HashMap<String, String>| {
+        p.iter()
+            .filter(|(k, _)| !k.starts_with(OFFSETS_PROPERTY_PREFIX))
+            .count()
+    };
+    settings(a) == settings(b)
+        && a.iter()
+            .filter(|(k, _)| !k.starts_with(OFFSETS_PROPERTY_PREFIX))
+            .all(|(k, v)| b.get(k) == Some(v))
+}
+
+/// Whether write calls, the encoder and the credentials' refresher would find nothing
+/// new in `table` that the view's `current` lacks: the same table and location, shape
+/// and storage properties. They read nothing else of the view's table (snapshots are
+/// the commit stage's), so a commit of the stage's own that keeps all of these need not
+/// be published (see `stage::Head`).
+pub(super) fn same_for_writers(current: &LoadedTable, table: &LoadedTable) -> bool {
+    same_shape(current, table)
+        && current.ident == table.ident
+        && current.metadata.location() == table.metadata.location()
+        && current.io_props == table.io_props
+}
+
+/// Takes the exactly-once record of a table into the ledger.
+pub(super) fn take_in_offsets(
+    ledger: &Mutex<Ledger>,
+    options: &CommitterOptions,
+    table: &LoadedTable,
+) {
+    if let Some(writer_id) = &options.writer_id
+        && let Ok(committed) = committed_offsets(&table.metadata, writer_id)
+    {
+        ledger.locked().committed.union_with(&committed);
+    }
+}
+
 /// Publishes a newer table to the committer's `view`, rebuilding settings when the
 /// schema, spec or properties moved, and taking in its exactly-once record.
 pub(super) fn publish_table(
@@ -216,17 +268,8 @@ pub(super) fn publish_table(
     table: LoadedTable,
 ) {
     let current = view.borrow().clone();
-    // The format version decides merging and row lineage (another tool may upgrade it).
-    let same_shape = current.table.metadata.format_version() == table.metadata.format_version()
-        && current.table.metadata.current_schema_id() == table.metadata.current_schema_id()
-        && current.table.metadata.default_partition_spec_id()
-            == table.metadata.default_partition_spec_id()
-        && current.table.metadata.properties() == table.metadata.properties();
-    if let Some(writer_id) = &options.writer_id
-        && let Ok(committed) = committed_offsets(&table.metadata, writer_id)
-    {
-        ledger.locked().committed.union_with(&committed);
-    }
+    let same_shape = same_shape(&current.table, &table);
+    take_in_offsets(ledger, options, &table);
     let next = if same_shape {
         TableView {
             table,
@@ -265,4 +308,60 @@ pub(super) fn publish_table(
         next.file_io = newest.file_io.clone();
         *newest = Arc::new(next);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn table(json: serde_json::Value) -> LoadedTable {
+        let ident = iceberg::TableIdent::from_strs(["ns", "t"]).unwrap();
+        let metadata = serde_json::from_value(json).unwrap();
+        LoadedTable::new(ident, None, Arc::new(metadata), HashMap::new())
+    }
+
+    #[test]
+    fn a_table_created_again_is_not_the_same_shape() {
+        let json: serde_json::Value =
+            serde_json::from_str(include_str!("../testdata/two_snapshots.json")).unwrap();
+        let mut again = json.clone();
+        again["table-uuid"] = "0b1a5e5e-0000-4000-8000-000000000001".into();
+        assert!(same_shape(&table(json.clone()), &table(json.clone())));
+        assert!(!same_shape(&table(json.clone()), &table(again.clone())));
+        assert!(!same_for_writers(&table(json), &table(again)));
+    }
+
+    #[test]
+    fn exactly_once_records_are_not_settings() {
+        let base = props(&[("write.format.default", "parquet"), ("floe.offsets.w", "a")]);
+        // An exactly-once writer's commit rewrites its record, or adds another writer's.
+        let rewritten = props(&[("write.format.default", "parquet"), ("floe.offsets.w", "b")]);
+        let added = props(&[
+            ("write.format.default", "parquet"),
+            ("floe.offsets.w", "a"),
+            ("floe.offsets.v", "c"),
+        ]);
+        assert!(same_settings(&base, &rewritten));
+        assert!(same_settings(&base, &added));
+        assert!(same_settings(&added, &base));
+        // Any other property is a setting: changed, added or removed.
+        let changed = props(&[("write.format.default", "orc"), ("floe.offsets.w", "a")]);
+        let removed = props(&[("floe.offsets.w", "a")]);
+        let extra = props(&[
+            ("write.format.default", "parquet"),
+            ("write.update.mode", "copy-on-write"),
+            ("floe.offsets.w", "a"),
+        ]);
+        for other in [changed, removed, extra] {
+            assert!(!same_settings(&base, &other), "{other:?}");
+            assert!(!same_settings(&other, &base), "{other:?}");
+        }
+    }
 }
