@@ -35,8 +35,10 @@ that matches, in the order added, applies; `rule.fired` counts how often it did 
   status       status=CODE, body=None, content_type=None, headers=None: answer CODE
                without forwarding. Default body: S3's SlowDown XML for 503, else an
                Iceberg REST error (`iceberg_error`) as JSON.
-  lose_answer  forward and read upstream's whole answer (so it took effect), then
-               abort the client connection with a TCP RST instead of answering.
+  lose_answer  before=None: forward and read upstream's whole answer (so it took
+               effect), call `before()` if given (what happens meanwhile elsewhere,
+               while the client still waits), then abort the client connection with a
+               TCP RST instead of answering.
   redirect     location=BASE_URL, status=307: answer with `Location: BASE_URL +
                request target`, without forwarding.
   hang         hold=600: read the request, then send nothing for `hold` seconds (or
@@ -73,7 +75,7 @@ KINDS = {
     "bandwidth": {"bytes_per_sec": _REQUIRED},
     "reset": {"after_bytes": None},
     "status": {"status": _REQUIRED, "body": None, "content_type": None, "headers": None},
-    "lose_answer": {},
+    "lose_answer": {"before": None},
     "redirect": {"location": _REQUIRED, "status": 307},
     "hang": {"hold": 600.0},
 }
@@ -500,6 +502,8 @@ class FaultProxy:
         finally:
             up.close()
         if lose:  # upstream has answered (and so applied the request); the client never hears
+            if rule.params["before"] is not None:
+                rule.params["before"]()
             _arm_rst(client)
             return False
         return keep and not until_close and "close" not in _tokens(rheaders, "connection")

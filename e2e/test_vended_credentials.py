@@ -138,3 +138,56 @@ def test_the_header_is_sent_by_default_and_vended_keys_win_over_static_ones(tmp_
         assert code == 0, log[-3000:]
         assert front.asked >= 1 and front.vended >= 1
     assert sorted(table_ids(services, "precedence")) == list(range(1, 201))
+
+
+FOREIGN_ID = 1_000_000
+
+
+def test_a_lost_commit_answer_is_settled_with_renewed_credentials(tmp_path, services):
+    """Regression (5e4e407): a commit lands and its answer is lost. Before floe can look
+    for it, another tool appends a row and expires every other snapshot, so floe's own
+    snapshot is gone from the history and the look must read the table's manifests for
+    floe's files; and the vended key is revoked, so that read is refused. floe renews
+    the key between looks and finds its commit. Before, every look reused the refused
+    key, the call failed with its outcome unknown, and the host wrote the rows again."""
+    from pyiceberg.catalog import load_catalog
+    import pyarrow as pa
+    from faultproxy import FaultProxy
+
+    table = "lost_answer"
+
+    def meanwhile():
+        cat = load_catalog("rest", type="rest", uri=services["rest_url"], **{
+            "s3.endpoint": services["s3_endpoint"], "s3.access-key-id": services["access_key"],
+            "s3.secret-access-key": services["secret_key"], "s3.region": services["region"],
+            "s3.path-style-access": "true"})
+        t = cat.load_table(f"{NAMESPACE}.{table}")
+        t.append(pa.Table.from_pylist([{"id": FOREIGN_ID, "body": "foreign"}],
+                                      schema=t.schema().as_arrow()))
+        time.sleep(0.01)
+        t = cat.load_table(f"{NAMESPACE}.{table}")
+        now = __import__("datetime").datetime.now(__import__("datetime").timezone.utc)
+        t.maintenance.expire_snapshots().older_than(now).commit()
+        front.revoke_now()
+
+    with VendingFront(services, ttl=600.0) as front:
+        port = int(front.endpoint.rsplit(":", 1)[1])
+        with FaultProxy("127.0.0.1", port) as proxy:
+            lost = proxy.add_fault("lose_answer", count=1, method="POST",
+                                   path=rf"/tables/{table}$", before=meanwhile)
+
+            class Through:  # the pipeline's catalog is the proxy in front of the front
+                endpoint = proxy.endpoint
+            code, log = run(tmp_path, "lost", pipeline(services, Through, table, 100,
+                                                         interval=""))
+            assert code == 0, log[-3000:]
+            assert lost.fired == 1
+            minted, deleted = list(front.minted), list(front.deleted)
+    ids = table_ids(services, table)
+    # Every row once, and the other tool's: nothing written twice.
+    assert sorted(ids) == list(range(1, 101)) + [FOREIGN_ID], sorted(ids)[:20]
+    # The look read the manifests (the history was gone) with a key minted after the
+    # revocation.
+    assert "since expired by another writer" in log, log[-3000:]
+    assert "refused the table's vended credentials" in log, log[-3000:]
+    assert len(minted) >= 2 and len(deleted) >= 1, (minted, deleted)
