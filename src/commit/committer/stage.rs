@@ -221,16 +221,8 @@ impl CommitStage {
     /// (expired snapshots, statistics, schemas and specs that are not current, the
     /// logs). A failed reload is retried at the next commit.
     async fn refresh_if_due(&mut self) {
-        if self.loaded_at.elapsed() < VIEW_MAX_AGE {
-            return;
-        }
-        match self.reload().await {
-            Ok(table) => {
-                self.loaded_at = Instant::now();
-                self.behind = false;
-                self.publish(table);
-            }
-            Err(e) => tracing::debug!("refreshing the table failed: {e}"),
+        if self.loaded_at.elapsed() >= VIEW_MAX_AGE {
+            self.load_view("refreshing the table").await;
         }
     }
 
@@ -238,17 +230,26 @@ impl CommitStage {
     /// commits (see [`Head`]), so the commit is not built on an old head only to be
     /// refused. A failed load leaves it to the commit's handling of conflicts.
     async fn catch_up(&mut self) {
-        if !self.behind {
-            return;
+        if self.behind {
+            self.load_view("loading the table after a failed commit")
+                .await;
         }
+    }
+
+    /// Loads the table and publishes it; a failure (`what` failed) is only logged.
+    async fn load_view(&mut self, what: &str) {
         match self.reload().await {
-            Ok(table) => {
-                self.loaded_at = Instant::now();
-                self.behind = false;
-                self.publish(table);
-            }
-            Err(e) => tracing::debug!("loading the table after a failed commit failed: {e}"),
+            Ok(table) => self.publish_loaded(table),
+            Err(e) => tracing::debug!("{what} failed: {e}"),
         }
+    }
+
+    /// Publishes a table just loaded whole from the catalog: the view is then as new
+    /// as the catalog's table.
+    fn publish_loaded(&mut self, table: LoadedTable) {
+        self.loaded_at = Instant::now();
+        self.behind = false;
+        self.publish(table);
     }
 
     pub(super) fn current(&self) -> Arc<TableView> {
@@ -831,9 +832,7 @@ impl CommitStage {
                 return;
             }
         };
-        self.loaded_at = Instant::now();
-        self.behind = false;
-        self.publish(fresh);
+        self.publish_loaded(fresh);
         let view = self.current();
         let (expired, refs) = self.expired(&view.table.metadata, now);
         if expired.is_empty() && refs.is_empty() {
