@@ -503,7 +503,11 @@ class FaultProxy:
             up.close()
         if lose:  # upstream has answered (and so applied the request); the client never hears
             if rule.params["before"] is not None:
-                rule.params["before"]()
+                try:
+                    rule.params["before"]()
+                except Exception as e:  # the test's own failure, not the client's
+                    with self._lock:
+                        self.errors.append(f"lose_answer before(): {e!r}")
             _arm_rst(client)
             return False
         return keep and not until_close and "close" not in _tokens(rheaders, "connection")

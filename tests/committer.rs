@@ -457,9 +457,9 @@ fn a_commit_failed_in_an_outage_is_followed_by_one_on_the_tables_head() {
     commit_after_an_outage("outage_head", None);
 }
 
-/// The same with exactly-once. Each of its commits rewrites the writer's record (a table
-/// property), which no longer publishes the table: these commits are kept as the head
-/// too, and the retried call must land once, on the table's head.
+/// The same with exactly-once, whose commits (each rewriting the writer's record, a
+/// table property) the committer now keeps too: the retried call, checked against the
+/// record, lands once and on the table's head.
 #[test]
 fn an_exactly_once_commit_failed_in_an_outage_is_followed_by_one_on_the_tables_head() {
     commit_after_an_outage("outage_head_once", Some("outage-writer"));

@@ -18,7 +18,8 @@
 //! difference sends floe to the full answer. What is compared neither way (snapshots
 //! another tool removed, statistics, schemas and specs that are not current, the logs)
 //! the committer picks up when it reloads the table: before it expires snapshots, at
-//! least once a minute (see `stage`), and after every conflict.
+//! least once a minute (see `stage`), after every conflict, and before the next commit
+//! when an attempt built on the table the committer kept did not land.
 
 use std::collections::HashMap;
 
@@ -181,7 +182,7 @@ impl AnswerHead {
 /// (the metadata file `metadata` was read from) joins the metadata log. Metadata held
 /// only here is changed in place; shared metadata is copied first. A copy, and dropping
 /// the metadata it replaces, each touch every retained snapshot: at 10,000 snapshots the
-/// two were a quarter of floe's CPU per commit, which is why the committer keeps the
+/// two were a fifth of floe's CPU per commit, which is why the committer keeps the
 /// table it commits on to itself (see `committer::stage`).
 pub fn apply_updates(
     metadata: TableMetadataRef,

@@ -22,7 +22,8 @@
 //! - `encode`: writing a group's rows as data files (and equality deletes);
 //! - `stage`: committing ready groups, retries, expiry;
 //! - `ledger`: exactly-once claims;
-//! - `view`: what the committer knows of its table, and which upsert strategy it takes;
+//! - `view`: the committer's table as write calls need it, and which upsert strategy it
+//!   takes;
 //! - `credentials`: keeping the table's vended storage credentials fresh.
 
 mod credentials;
@@ -183,7 +184,7 @@ impl TableCommitter {
                 loaded_at: std::time::Instant::now(),
                 commits_done,
                 refusals,
-                head: None,
+                kept: None,
                 behind: false,
             }
             .run(encoded_rx),
@@ -198,7 +199,8 @@ impl TableCommitter {
         })
     }
 
-    /// The table as the committer last saw it.
+    /// The table as write calls need it: schema, spec, settings, FileIO (its snapshots
+    /// may be behind the commit stage's own).
     pub fn view(&self) -> Arc<TableView> {
         self.view.borrow().clone()
     }

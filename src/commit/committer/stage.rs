@@ -146,9 +146,9 @@ pub(super) struct CommitStage {
     /// Storage failures that may call for fresh vended credentials go here.
     pub(super) refusals: Refusals,
     /// The table this stage's last commit produced, while it is newer than the view's.
-    pub(super) head: Option<Head>,
-    /// A kept head went into an attempt that did not land and no load has followed: the
-    /// view may be this stage's own commits behind (see [`Self::catch_up`]).
+    pub(super) kept: Option<KeptTable>,
+    /// The kept table went into an attempt that did not land and no load has followed:
+    /// the view may be this stage's own commits behind (see [`Self::catch_up`]).
     pub(super) behind: bool,
 }
 
@@ -158,28 +158,28 @@ pub(super) struct CommitStage {
 /// one owner, and the next commit changes it in place (see `apply_updates`): publishing
 /// it would share it with the view, so that every commit copied the metadata and later
 /// dropped the copy it replaced, each of which touches every retained snapshot (a
-/// quarter of floe's CPU per commit at 10,000 snapshots).
+/// fifth of floe's CPU per commit at 10,000 snapshots).
 ///
 /// It stands for the table only while the view still shows the table it was kept over:
 /// any other publication (a reload, a schema a write call evolved) supersedes it. A
-/// fresh vended FileIO keeps the view's table, and so the head. An attempt takes the
-/// head with it; if the attempt does not land and the look for it cannot load the table
+/// fresh vended FileIO keeps the view's table, and so the kept table. An attempt takes
+/// it along; if the attempt does not land and the look for it cannot load the table
 /// (the catalog down), the next commit loads it first rather than build on the view.
-pub(super) struct Head {
+pub(super) struct KeptTable {
     table: LoadedTable,
     over: Weak<TableMetadata>,
 }
 
-impl Head {
+impl KeptTable {
     /// `table`, kept over the view's table whose metadata is `shown`.
-    fn kept_over(table: LoadedTable, shown: &TableMetadataRef) -> Head {
-        Head {
+    fn kept_over(table: LoadedTable, shown: &TableMetadataRef) -> KeptTable {
+        KeptTable {
             table,
             over: Arc::downgrade(shown),
         }
     }
 
-    /// Whether the view's table (its metadata `shown`) is still the one this head was
+    /// Whether the view's table (its metadata `shown`) is still the one this was
     /// kept over. While a `Weak` holds an allocation it is not reused, so equal addresses
     /// mean the same table.
     fn current_over(&self, shown: &TableMetadataRef) -> bool {
@@ -215,8 +215,9 @@ impl CommitStage {
         }
     }
 
-    /// Reloads the table when the view is [`VIEW_MAX_AGE`] old. Commits update the view
-    /// locally (see `catalog::answer`); the answer's check covers the location, head,
+    /// Reloads the table when the view is [`VIEW_MAX_AGE`] old. Commits are applied
+    /// locally (see `catalog::answer`; kept by the stage or published, see
+    /// [`KeptTable`]); the answer's check covers the location, head,
     /// properties and refs but not what another tool changed without touching them
     /// (expired snapshots, statistics, schemas and specs that are not current, the
     /// logs). A failed reload is retried at the next commit.
@@ -227,7 +228,7 @@ impl CommitStage {
     }
 
     /// Loads the table before a commit when the view may be behind this stage's own
-    /// commits (see [`Head`]), so the commit is not built on an old head only to be
+    /// commits (see [`KeptTable`]), so the commit is not built on an old head only to be
     /// refused. A failed load leaves it to the commit's handling of conflicts.
     async fn catch_up(&mut self) {
         if self.behind {
@@ -249,6 +250,8 @@ impl CommitStage {
     fn publish_loaded(&mut self, table: LoadedTable) {
         self.loaded_at = Instant::now();
         self.behind = false;
+        // Superseded (see `KeptTable`): its metadata need not wait for the next commit.
+        self.kept = None;
         self.publish(table);
     }
 
@@ -265,22 +268,22 @@ impl CommitStage {
         publish_table(&self.view, &self.ledger, &self.options, table);
     }
 
-    /// The table a commit on `view` builds on: the stage's [`Head`] while `view` still
+    /// The table a commit on `view` builds on: the stage's [`KeptTable`] while `view` still
     /// shows the table it was kept over, else the view's own.
     fn base<'a>(&'a self, view: &'a TableView) -> &'a LoadedTable {
-        match &self.head {
-            Some(head) if head.current_over(&view.table.metadata) => &head.table,
+        match &self.kept {
+            Some(kept) if kept.current_over(&view.table.metadata) => &kept.table,
             _ => &view.table,
         }
     }
 
-    /// [`Self::base`], taken for the catalog to apply the commit to: the head's metadata
-    /// leaves the stage with its one owner.
+    /// [`Self::base`], taken for the catalog to apply the commit to: the kept table's
+    /// metadata leaves the stage with its one owner.
     fn take_base(&mut self, view: &TableView) -> LoadedTable {
-        match self.head.take() {
-            Some(head) if head.current_over(&view.table.metadata) => {
+        match self.kept.take() {
+            Some(kept) if kept.current_over(&view.table.metadata) => {
                 self.behind = true;
-                head.table
+                kept.table
             }
             _ => view.table.clone(),
         }
@@ -292,16 +295,16 @@ impl CommitStage {
         self.base(&view).metadata.clone()
     }
 
-    /// Takes in the table this stage's commit produced: kept as the [`Head`] when write
+    /// Takes in the table this stage's commit produced: kept as the [`KeptTable`] when write
     /// calls would find nothing new in it, else published.
     fn advance(&mut self, table: LoadedTable) {
         let view = self.current();
         self.behind = false;
         if same_for_writers(&view.table, &table) {
             take_in_offsets(&self.ledger, &self.options, &table);
-            self.head = Some(Head::kept_over(table, &view.table.metadata));
+            self.kept = Some(KeptTable::kept_over(table, &view.table.metadata));
         } else {
-            self.head = None;
+            self.kept = None;
             self.publish(table);
         }
     }
@@ -493,11 +496,7 @@ impl CommitStage {
                     .look_for_attempt(changes, &sent, &written, deadline)
                     .await
                 {
-                    // The look loaded and published the table.
-                    Ok(look) => {
-                        self.behind = false;
-                        look
-                    }
+                    Ok(look) => look,
                     Err(e) => {
                         let e = e.context(format!("{previous}; then looking for it in {ident}"));
                         return done(Err(e), maybe_committed || !sent.is_empty(), written);
@@ -671,7 +670,7 @@ impl CommitStage {
     /// retries an unknown outcome at least once appends the rows a second time if the
     /// commit had landed just before the catalog went away.
     async fn look_for_attempt(
-        &self,
+        &mut self,
         changes: &SnapshotChanges,
         sent: &[SentAttempt],
         written: &[String],
@@ -692,7 +691,7 @@ impl CommitStage {
                 Err(e) => return Err(e),
             };
             let look = self.find_attempt(&fresh, changes, sent, written).await;
-            self.publish(fresh);
+            self.publish_loaded(fresh);
             match look {
                 Err(e) if tries < LOOK_RETRIES => {
                     tries += 1;
@@ -823,7 +822,7 @@ impl CommitStage {
             return;
         }
         self.last_expiry = Some(Instant::now());
-        // The view may be a commit applied locally: decide on the catalog's own table,
+        // The stage's table is a commit applied locally: decide on the catalog's own table,
         // which has every other writer's refs, so no snapshot they keep is removed.
         let fresh = match self.reload().await {
             Ok(fresh) => fresh,
@@ -882,31 +881,20 @@ mod tests {
     }
 
     #[test]
-    fn a_head_stands_only_over_the_table_it_was_kept_over() {
+    fn a_kept_table_stands_only_over_the_table_it_was_kept_over() {
         let metadata: TableMetadata =
             serde_json::from_str(include_str!("../testdata/two_snapshots.json")).unwrap();
         let shown = Arc::new(metadata.clone());
-        let head = Head::kept_over(table(Arc::new(metadata.clone())), &shown);
-        assert!(head.current_over(&shown));
+        let kept = KeptTable::kept_over(table(Arc::new(metadata.clone())), &shown);
+        assert!(kept.current_over(&shown));
         // A view with a fresh FileIO clones its table: the same metadata.
-        assert!(head.current_over(&table(shown.clone()).metadata));
+        assert!(kept.current_over(&table(shown.clone()).metadata));
         // A reload, or a table a write call adopted, is other metadata, even when equal.
         let reloaded = Arc::new(metadata);
-        assert!(!head.current_over(&reloaded));
+        assert!(!kept.current_over(&reloaded));
         // Once the view dropped the table kept over, a new one never passes for it.
         drop(shown);
         let later: Vec<TableMetadataRef> = (0..64).map(|_| Arc::new((*reloaded).clone())).collect();
-        assert!(later.iter().all(|m| !head.current_over(m)));
-    }
-
-    #[test]
-    fn a_head_keeps_its_metadata_to_itself() {
-        let metadata: TableMetadata =
-            serde_json::from_str(include_str!("../testdata/two_snapshots.json")).unwrap();
-        let shown = Arc::new(metadata.clone());
-        let head = Head::kept_over(table(Arc::new(metadata)), &shown);
-        // The one owner: `apply_updates` changes it in place.
-        assert_eq!(Arc::strong_count(&head.table.metadata), 1);
-        assert_eq!(Arc::strong_count(&shown), 1, "kept over, not kept alive");
+        assert!(later.iter().all(|m| !kept.current_over(m)));
     }
 }

@@ -1,5 +1,6 @@
-//! What the committer knows of its table (schema, key, strategy, file settings),
-//! shared read-only with write calls; and which upsert strategy a table takes.
+//! What write calls need to know of the committer's table (schema, key, strategy, file
+//! settings), shared read-only with them; and which upsert strategy a table takes. The
+//! commit stage may know newer snapshots than the view shows (see `stage::KeptTable`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -18,7 +19,8 @@ use crate::rowops::KeyColumns;
 use crate::sync::LockExt;
 use crate::write::{FileSettings, file_settings};
 
-/// What the committer currently knows of its table; shared read-only with callers.
+/// The committer's table as write calls need it; shared read-only with them. Its
+/// snapshots may be behind the commit stage's own (see `stage::KeptTable`).
 pub struct TableView {
     pub table: LoadedTable,
     pub file_io: FileIO,
@@ -223,22 +225,19 @@ fn same_shape(a: &LoadedTable, b: &LoadedTable) -> bool {
 /// (`floe.offsets.*`), which an exactly-once writer's every commit rewrites and which no
 /// setting is read from (the ledger takes them in, see [`take_in_offsets`]).
 fn same_settings(a: &HashMap<String, String>, b: &HashMap<String, String>) -> bool {
-    let settings = |p: &HashMap<String, String>| {
+    fn settings(p: &HashMap<String, String>) -> HashMap<&String, &String> {
         p.iter()
             .filter(|(k, _)| !k.starts_with(OFFSETS_PROPERTY_PREFIX))
-            .count()
-    };
+            .collect()
+    }
     settings(a) == settings(b)
-        && a.iter()
-            .filter(|(k, _)| !k.starts_with(OFFSETS_PROPERTY_PREFIX))
-            .all(|(k, v)| b.get(k) == Some(v))
 }
 
 /// Whether write calls, the encoder and the credentials' refresher would find nothing
 /// new in `table` that the view's `current` lacks: the same table and location, shape
 /// and storage properties. They read nothing else of the view's table (snapshots are
 /// the commit stage's), so a commit of the stage's own that keeps all of these need not
-/// be published (see `stage::Head`).
+/// be published (see `stage::KeptTable`).
 pub(super) fn same_for_writers(current: &LoadedTable, table: &LoadedTable) -> bool {
     same_shape(current, table)
         && current.ident == table.ident
@@ -259,8 +258,8 @@ pub(super) fn take_in_offsets(
     }
 }
 
-/// Publishes a newer table to the committer's `view`, rebuilding settings when the
-/// schema, spec or properties moved, and taking in its exactly-once record.
+/// Publishes a newer table to the committer's `view`, rebuilding settings when its
+/// shape moved (see [`same_shape`]), and taking in its exactly-once record.
 pub(super) fn publish_table(
     view: &watch::Sender<Arc<TableView>>,
     ledger: &Mutex<Ledger>,
