@@ -12,7 +12,9 @@ use floe::catalog::table_ident;
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
-use support::{ids_read_back, merge, messages, read_back, read_request, runtime, services};
+use support::{
+    ids_read_back, merge, messages, read_back, read_request, runtime, services, write_messages_ok,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn rest_config(extra: Value) -> Config {
@@ -480,16 +482,7 @@ fn commit_after_an_outage(table: &str, writer_id: Option<&str>) {
         Some(_) => positioned(&texts[b], "topic/0", b as i64 * 10),
         None => messages(&texts[b]),
     };
-    let write = |b: usize| {
-        let out = rt
-            .block_on(writer.write_batch(&batch(b)))
-            .expect("write call");
-        assert!(
-            out.failures.iter().all(Option::is_none),
-            "{:?}",
-            out.failures
-        );
-    };
+    let write = |b: usize| write_messages_ok(&rt, &writer, &batch(b));
     write(0);
     write(1);
     let error = match rt.block_on(writer.write_batch(&batch(2))) {

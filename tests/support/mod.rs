@@ -36,9 +36,17 @@ pub fn write_ok(
     writer: &floe::writer::Writer,
     texts: &[String],
 ) -> usize {
-    let out = rt
-        .block_on(writer.write_batch(&messages(texts)))
-        .expect("write call");
+    write_messages_ok(rt, writer, &messages(texts))
+}
+
+/// Writes `msgs` in one call, every one of which must be written; returns the rows
+/// committed.
+pub fn write_messages_ok(
+    rt: &tokio::runtime::Runtime,
+    writer: &floe::writer::Writer,
+    msgs: &[floe::writer::Message<'_>],
+) -> usize {
+    let out = rt.block_on(writer.write_batch(msgs)).expect("write call");
     assert!(
         out.failures.iter().all(Option::is_none),
         "{:?}",
