@@ -1051,6 +1051,73 @@ fn null_key(index: usize, op: RowOp, column: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// `texts` as messages of `source` at offsets `from`, `from + 1`, ….
+    fn at_offsets<'a>(texts: &'a [String], source: &'a str, from: usize) -> Vec<Message<'a>> {
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Message {
+                source: Some(source),
+                offset: Some((from + i) as i64),
+                ..Message::insert(t.as_bytes())
+            })
+            .collect()
+    }
+
+    /// An exactly-once commit rewrites only the writer's offset record, which no setting
+    /// reads: the commit stage keeps the table it produced (see `KeptTable`) rather than
+    /// publish it, or every commit would copy the metadata for the view's sake. The
+    /// record still reaches the ledger: a replay writes nothing.
+    #[tokio::test]
+    async fn exactly_once_commits_are_kept_by_the_commit_stage_not_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = json!({
+            "catalog": {"warehouse": dir.path().join("wh").to_str().unwrap()},
+            "namespace": "kept", "table": "t",
+            "commit": {"exactly_once": {"writer_id": "w"}},
+            "schema_evolution": {"enabled": true, "schema": {"type": "struct", "schema-id": 0,
+                "fields": [{"id": 1, "name": "id", "required": true, "type": "long"}]}}
+        });
+        let writer = Writer::open(Config::from_json(&config.to_string()).unwrap())
+            .await
+            .unwrap();
+        let texts: Vec<String> = (0..30).map(|i| format!(r#"{{"id": {i}}}"#)).collect();
+        let first = writer
+            .write_batch(&at_offsets(&texts[..10], "src/0", 0))
+            .await
+            .unwrap();
+        assert_eq!(first.rows_committed, 10);
+        let ident = table_ident("kept", "t").unwrap();
+        let handle = writer.table_slot(&ident).lock().await.clone().unwrap();
+        let shown = handle.committer.view().table.metadata.clone();
+        for from in [10, 20] {
+            let out = writer
+                .write_batch(&at_offsets(&texts[from..from + 10], "src/0", from))
+                .await
+                .unwrap();
+            assert_eq!(out.rows_committed, 10);
+        }
+        assert!(
+            Arc::ptr_eq(&shown, &handle.committer.view().table.metadata),
+            "an exactly-once commit was published to the write calls' view"
+        );
+        let table = writer.catalog().load_table(&ident).await.unwrap().unwrap();
+        assert_eq!(table.metadata.snapshots().count(), 3);
+        let record: serde_json::Value =
+            serde_json::from_str(&table.metadata.properties()["floe.offsets.w"]).unwrap();
+        assert_eq!(record["offsets"], json!({"src/0": [[0, 29]]}));
+        let replay = writer
+            .write_batch(&at_offsets(&texts, "src/0", 0))
+            .await
+            .unwrap();
+        assert!(replay.failures.iter().all(Option::is_none), "{replay:?}");
+        assert_eq!(
+            replay.rows_committed, 0,
+            "the kept commits' offsets were forgotten"
+        );
+    }
 
     #[test]
     fn catalogs_that_read_no_delete_files_get_copy_on_write() {
