@@ -19,7 +19,7 @@ E2E        := e2e
 LIB_STAMP   = -ldflags=-X=main.libfloeStamp=$(shell sha256sum $(LIB) | cut -c1-16)
 FP_STAMP    = -ldflags=-X=main.libfloeStamp=$(shell sha256sum $(FAILPOINT_LIB) | cut -c1-16)
 
-.PHONY: run test lib bin go-deps header header-check py-deps rust-test abi-test go-test e2e-test reliability lint fmt clean \
+.PHONY: run test lib bin go-deps rust-test-then-go-deps header header-check py-deps rust-test abi-test go-test e2e-test reliability lint fmt clean \
 	bench bench-quick bench-deps bench-components bench-kafka
 
 # Only the static library: the release profile's fat LTO then optimises floe and every
@@ -27,8 +27,10 @@ FP_STAMP    = -ldflags=-X=main.libfloeStamp=$(shell sha256sum $(FAILPOINT_LIB) |
 # `cargo build --release` makes, whose dependencies stay separate objects because the
 # rlib is built beside it), and cargo builds the dependencies as bitcode only, without
 # machine code of their own.
+# Outside make's job server (MAKEFLAGS emptied): under `make -j2` beside another job,
+# cargo would take the second job slot as its only one and compile one crate at a time.
 $(LIB): Cargo.toml Cargo.lock $(shell find src -name '*.rs')
-	$(CARGO) rustc --release --lib --crate-type staticlib
+	MAKEFLAGS= $(CARGO) rustc --release --lib --crate-type staticlib
 
 lib: $(LIB)
 
@@ -171,8 +173,11 @@ lint:
 # two cores.
 test: header-check py-deps
 	$(CARGO) test --all-targets --no-run
-	$(MAKE) -j2 rust-test lib go-deps
+	$(MAKE) -j2 lib rust-test-then-go-deps
 	$(MAKE) abi-test go-test e2e-test
+
+rust-test-then-go-deps: rust-test
+	$(MAKE) go-deps
 
 clean:
 	$(CARGO) clean
