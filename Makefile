@@ -26,9 +26,9 @@ FP_STAMP    = -ldflags=-X=main.libfloeStamp=$(shell sha256sum $(FAILPOINT_LIB) |
 # dependency as one module (the quickstart took 4% less CPU than with the library
 # `cargo build --release` makes, whose dependencies stay separate objects because the
 # rlib is built beside it), and cargo builds the dependencies as bitcode only, without
-# machine code of their own.
-# Outside make's job server (MAKEFLAGS emptied): under `make -j2` beside another job,
-# cargo would take the second job slot as its only one and compile one crate at a time.
+# machine code of their own. It builds outside make's job server (MAKEFLAGS emptied):
+# under `make -j2` beside another job, cargo would take the second job slot as its only
+# one and compile one crate at a time.
 $(LIB): Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 	MAKEFLAGS= $(CARGO) rustc --release --lib --crate-type staticlib
 
