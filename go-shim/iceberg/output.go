@@ -143,7 +143,7 @@ func ConfigSpec() *service.ConfigSpec {
 			service.NewObjectField(fJSON,
 				service.NewStringEnumField("epoch_unit", "s", "ms", "us", "ns").Default(def("json.epoch_unit")).Description("Unit of epoch numbers given for timestamp columns."),
 			).Default(map[string]any{}),
-			service.NewIntField(fRuntime).Optional().Advanced().Description("Worker threads of floe's runtime (unset or 0: one per core)."),
+			service.NewIntField(fRuntime).Optional().Advanced().Description("Worker threads of floe's runtime, one per process: the first writer opened sets it (unset or 0: one per core)."),
 			service.NewOutputMaxInFlightField(),
 			service.NewBatchPolicyField(fBatching),
 		).
@@ -392,42 +392,45 @@ func (o *output) Connect(ctx context.Context) error {
 	return nil
 }
 
-// tableNames evaluates per-message namespace/table, or returns nil when both are static
-// (the config JSON already carries them).
-func (o *output) tableNames(batch service.MessageBatch) (ns, tbl []string, err error) {
+// tableNames evaluates each message's namespace and table, or nil, nil when both are
+// static (the config JSON already carries them). A message whose interpolation fails
+// names no table: it fails alone.
+func (o *output) tableNames(batch service.MessageBatch, failures []error) (ns, tbl []string) {
 	_, nsStatic := o.namespace.Static()
 	_, tblStatic := o.table.Static()
 	if nsStatic && tblStatic {
-		return nil, nil, nil
+		return nil, nil
 	}
 	ns = make([]string, len(batch))
 	tbl = make([]string, len(batch))
 	for i, m := range batch {
+		var err error
 		if ns[i], err = o.namespace.TryString(m); err != nil {
-			return nil, nil, fmt.Errorf("namespace interpolation: %w", err)
-		}
-		if tbl[i], err = o.table.TryString(m); err != nil {
-			return nil, nil, fmt.Errorf("table interpolation: %w", err)
+			failures[i] = fmt.Errorf("message %d: namespace interpolation: %w", i, err)
+		} else if tbl[i], err = o.table.TryString(m); err != nil {
+			failures[i] = fmt.Errorf("message %d: table interpolation: %w", i, err)
 		}
 	}
-	return ns, tbl, nil
+	return ns, tbl
 }
 
 // operations evaluates each message's row operation (nil when all are inserts); libfloe
-// checks the names, so a message with an unknown one fails alone.
-func (o *output) operations(batch service.MessageBatch) ([]string, error) {
+// checks the names, so a message with an unknown one fails alone, as does one whose
+// interpolation fails.
+func (o *output) operations(batch service.MessageBatch, failures []error) []string {
 	if o.rowOp == nil {
-		return nil, nil
+		return nil
 	}
 	ops := make([]string, len(batch))
 	for i, m := range batch {
-		var err error
-		if ops[i], err = o.rowOp.TryString(m); err != nil {
-			return nil, fmt.Errorf("row_operation interpolation: %w", err)
+		op, err := o.rowOp.TryString(m)
+		if err != nil {
+			failures[i] = fmt.Errorf("message %d: row_operation interpolation: %w", i, err)
+			continue
 		}
-		ops[i] = strings.ToLower(strings.TrimSpace(ops[i]))
+		ops[i] = strings.ToLower(strings.TrimSpace(op))
 	}
-	return ops, nil
+	return ops
 }
 
 // countOperations adds the committed messages to iceberg_row_operations_total by
@@ -450,28 +453,31 @@ func (o *output) countOperations(ops []string, failures []error) {
 }
 
 // positions evaluates each message's exactly-once source and offset (nil, nil when
-// exactly-once is off). A message whose offset is not an integer fails the batch: it
-// could never be acknowledged safely.
-func (o *output) positions(batch service.MessageBatch) ([]string, []int64, error) {
+// exactly-once is off). A message whose position cannot be read (an interpolation that
+// fails, an offset that is not an integer, as when the metadata it names is missing)
+// could never be acknowledged safely: it fails alone.
+func (o *output) positions(batch service.MessageBatch, failures []error) ([]string, []int64) {
 	if o.source == nil {
-		return nil, nil, nil
+		return nil, nil
 	}
 	sources := make([]string, len(batch))
 	offsets := make([]int64, len(batch))
 	for i, m := range batch {
 		var err error
 		if sources[i], err = o.source.TryString(m); err != nil {
-			return nil, nil, fmt.Errorf("exactly_once.source interpolation: %w", err)
+			failures[i] = fmt.Errorf("message %d: exactly_once.source interpolation: %w", i, err)
+			continue
 		}
 		text, err := o.offset.TryString(m)
 		if err != nil {
-			return nil, nil, fmt.Errorf("exactly_once.offset interpolation: %w", err)
+			failures[i] = fmt.Errorf("message %d: exactly_once.offset interpolation: %w", i, err)
+			continue
 		}
 		if offsets[i], err = strconv.ParseInt(strings.TrimSpace(text), 10, 64); err != nil {
-			return nil, nil, fmt.Errorf("message %d: exactly_once.offset %q is not an integer", i, text)
+			failures[i] = fmt.Errorf("message %d: exactly_once.offset %q is not an integer", i, text)
 		}
 	}
-	return sources, offsets, nil
+	return sources, offsets
 }
 
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
@@ -481,26 +487,44 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	if w == nil {
 		return service.ErrNotConnected
 	}
-	payloads, err := encodePayloads(batch, len(batch)*int(o.payloadSize.Load()))
-	if err != nil {
-		return err
-	}
+	// failures[i] != nil: message i failed, through its own fault, before or in the call.
+	failures := make([]error, len(batch))
+	payloads := encodePayloads(batch, len(batch)*int(o.payloadSize.Load()), failures)
 	o.rememberPayloadSize(payloads)
-	ns, tbl, err := o.tableNames(batch)
-	if err != nil {
-		return err
-	}
-	sources, offsets, err := o.positions(batch)
-	if err != nil {
-		return err
-	}
-	ops, err := o.operations(batch)
-	if err != nil {
-		return err
-	}
-	start := nowNanos()
+	ns, tbl := o.tableNames(batch, failures)
+	sources, offsets := o.positions(batch, failures)
+	ops := o.operations(batch, failures)
 	full := floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Operations: ops, Sources: sources, Offsets: offsets, Types: o.types(batch)}
-	res, err := w.Write(ctx, full)
+	// Only the messages that are fit to write reach libfloe.
+	var fit []int
+	for i, f := range failures {
+		if f == nil {
+			fit = append(fit, i)
+		}
+	}
+	if len(fit) > 0 {
+		call := full
+		if len(fit) < len(batch) {
+			call = subset(full, fit)
+		}
+		called, err := o.write(ctx, w, call)
+		if err != nil {
+			return err
+		}
+		for j, i := range fit {
+			failures[i] = called[j]
+		}
+	}
+	return o.batchError(batch, failures)
+}
+
+// write hands one batch to libfloe and retries, in this call, its messages that failed
+// through no fault of their own. It returns each message's failure (nil: committed), or
+// an error for the whole batch: ErrNotConnected during an outage (the host retries the
+// batch after Connect), or cancellation.
+func (o *output) write(ctx context.Context, w *floe.Writer, b floe.Batch) ([]error, error) {
+	start := nowNanos()
+	res, err := w.Write(ctx, b)
 	o.writeLatency.Timing(nowNanos() - start)
 	if err != nil {
 		o.commitFailures.Incr(1)
@@ -510,18 +534,18 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 			// this batch (after Connect, which backs off) instead of nacking it into a
 			// fallback output.
 			o.outage.failed(err, o.log)
-			return service.ErrNotConnected
+			return nil, service.ErrNotConnected
 		}
-		return err
+		return nil, err
 	}
 	o.snapshots.Incr(int64(res.Snapshots))
-	failures, err := o.retryNotAtFault(ctx, w, full, res.Failures)
+	failures, err := o.retryNotAtFault(ctx, w, b, res.Failures)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	o.countOperations(ops, failures)
+	o.countOperations(b.Operations, failures)
 	o.outage.succeeded(o.log)
-	return o.batchError(batch, failures)
+	return failures, nil
 }
 
 // types gives each message's explicit column types (see `schema_metadata` and
@@ -619,7 +643,7 @@ func (o *output) retryNotAtFault(ctx context.Context, w *floe.Writer, full floe.
 			}
 			return nil, err
 		}
-		o.rowsInserted.Incr(int64(res.Rows), "insert")
+		// The messages it commits are counted by operation once the batch is done.
 		o.snapshots.Incr(int64(res.Snapshots))
 		for j, i := range retry {
 			failures[i] = res.Failures[j]

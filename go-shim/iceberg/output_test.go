@@ -151,6 +151,72 @@ func TestWriteBatchNamesExactlyTheFailedMessages(t *testing.T) {
 	}
 }
 
+// failedMessages is the per-message errors of a BatchError, by index.
+func failedMessages(t *testing.T, batch service.MessageBatch, write func(service.MessageBatch) error) map[int]string {
+	t.Helper()
+	indexer := batch.Index()
+	err := write(batch)
+	var be *service.BatchError
+	if !errors.As(err, &be) {
+		t.Fatalf("want a BatchError, got %v", err)
+	}
+	failed := map[int]string{}
+	be.WalkMessagesIndexedBy(indexer, func(i int, _ *service.Message, err error) bool {
+		if err != nil {
+			failed[i] = err.Error()
+		}
+		return true
+	})
+	return failed
+}
+
+// A message whose own metadata cannot give its position or its table fails alone, as
+// the README promises: the rest of its batch commits, and only it goes to a fallback.
+func TestAMessageWithoutItsPositionOrTableFailsAlone(t *testing.T) {
+	wh := t.TempDir()
+	out := newTestOutput(t, fmt.Sprintf(`catalog: {warehouse: %q}
+namespace: gotest
+table: '${! meta("tbl").or(throw("this message names no table")) }'
+schema_evolution: {enabled: true}
+commit:
+  exactly_once:
+    writer_id: w
+    source: src/0
+    offset: '${! meta("off") }'
+`, wh))
+	msg := func(body, tbl, off string) *service.Message {
+		m := service.NewMessage([]byte(body))
+		if tbl != "" {
+			m.MetaSetMut("tbl", tbl)
+		}
+		if off != "" {
+			m.MetaSetMut("off", off)
+		}
+		return m
+	}
+	batch := service.MessageBatch{
+		msg(`{"id": 1}`, "t", "1"),
+		msg(`{"id": 2}`, "t", ""),   // no offset
+		msg(`{"id": 3}`, "t", "x3"), // an offset that is no integer
+		msg(`{"id": 4}`, "", "4"),   // no table
+		msg(`{"id": 5}`, "t", "5"),
+	}
+	write := func(b service.MessageBatch) error { return out.WriteBatch(context.Background(), b) }
+	failed := failedMessages(t, batch, write)
+	if len(failed) != 3 || !strings.Contains(failed[1], "exactly_once.offset") ||
+		!strings.Contains(failed[2], `"x3" is not an integer`) || !strings.Contains(failed[3], "this message names no table") {
+		t.Fatalf("want messages 1, 2 and 3 failed, each saying why: %v", failed)
+	}
+	if got := readCount(t, wh, "gotest.t"); got != 2 {
+		t.Fatalf("%d rows committed, want the 2 messages with a position and a table", got)
+	}
+	// A batch where no message can be handed to libfloe fails each one alone too.
+	batch = service.MessageBatch{msg(`{"id": 6}`, "t", "")}
+	if failed := failedMessages(t, batch, write); len(failed) != 1 {
+		t.Fatalf("want the one message failed alone: %v", failed)
+	}
+}
+
 func TestPerMessageTablesFromInterpolation(t *testing.T) {
 	wh := t.TempDir()
 	out := newTestOutput(t, fmt.Sprintf("catalog: {warehouse: %q}\nnamespace: gotest\ntable: '${! json(\"kind\") }'\nschema_evolution: {enabled: true}\n", wh))

@@ -3,6 +3,7 @@ package iceberg
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -27,8 +28,9 @@ const maxEncodeDepth = 512
 const maxPayloadBuffer = 64 << 20
 
 // encodePayloads gives each message's JSON, encoding structured-only messages into one
-// buffer for the batch.
-func encodePayloads(batch service.MessageBatch, sizeHint int) ([][]byte, error) {
+// buffer for the batch. A message with no JSON to give (a structured value neither
+// encoder can write, such as NaN) fails alone: failures[i] says why.
+func encodePayloads(batch service.MessageBatch, sizeHint int, failures []error) [][]byte {
 	out := make([][]byte, len(batch))
 	var arena []byte
 	for i, m := range batch {
@@ -51,11 +53,12 @@ func encodePayloads(batch service.MessageBatch, sizeHint int) ([][]byte, error) 
 		}
 		b, err := m.AsBytes()
 		if err != nil {
-			return nil, err
+			failures[i] = fmt.Errorf("message %d: no JSON for its structured value: %w", i, err)
+			continue
 		}
 		out[i] = b
 	}
-	return out, nil
+	return out
 }
 
 // appendJSON appends the JSON text of v, as encoding/json writes it with HTML escaping
