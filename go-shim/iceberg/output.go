@@ -512,7 +512,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 			return err
 		}
 		for j, i := range fit {
-			failures[i] = called[j]
+			failures[i] = renumbered(called[j], j, i)
 		}
 	}
 	return o.batchError(batch, failures)
@@ -646,9 +646,25 @@ func (o *output) retryNotAtFault(ctx context.Context, w *floe.Writer, full floe.
 		// The messages it commits are counted by operation once the batch is done.
 		o.snapshots.Incr(int64(res.Snapshots))
 		for j, i := range retry {
-			failures[i] = res.Failures[j]
+			failures[i] = renumbered(res.Failures[j], j, i)
 		}
 	}
+}
+
+// renumbered gives a failure of message j of a call on part of a batch the index the
+// message has in the batch: libfloe names the message by its place in the call.
+func renumbered(err error, j, i int) error {
+	var fe *floe.Error
+	if j == i || !errors.As(err, &fe) {
+		return err
+	}
+	prefix := fmt.Sprintf("message %d:", j)
+	if !strings.HasPrefix(fe.Message, prefix) {
+		return err
+	}
+	moved := *fe
+	moved.Message = fmt.Sprintf("message %d:", i) + fe.Message[len(prefix):]
+	return &moved
 }
 
 // atFault tells whether a message failed for a reason of its own (replaying it fails

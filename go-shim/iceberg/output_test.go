@@ -200,12 +200,14 @@ commit:
 		msg(`{"id": 3}`, "t", "x3"), // an offset that is no integer
 		msg(`{"id": 4}`, "", "4"),   // no table
 		msg(`{"id": 5}`, "t", "5"),
+		msg(`not json`, "t", "6"), // libfloe refuses it, naming its index in the batch
 	}
 	write := func(b service.MessageBatch) error { return out.WriteBatch(context.Background(), b) }
 	failed := failedMessages(t, batch, write)
-	if len(failed) != 3 || !strings.Contains(failed[1], "exactly_once.offset") ||
-		!strings.Contains(failed[2], `"x3" is not an integer`) || !strings.Contains(failed[3], "this message names no table") {
-		t.Fatalf("want messages 1, 2 and 3 failed, each saying why: %v", failed)
+	if len(failed) != 4 || !strings.Contains(failed[1], "exactly_once.offset") ||
+		!strings.Contains(failed[2], `"x3" is not an integer`) || !strings.Contains(failed[3], "this message names no table") ||
+		!strings.HasPrefix(failed[5], "message 5:") {
+		t.Fatalf("want messages 1, 2, 3 and 5 failed, each saying why: %v", failed)
 	}
 	if got := readCount(t, wh, "gotest.t"); got != 2 {
 		t.Fatalf("%d rows committed, want the 2 messages with a position and a table", got)
