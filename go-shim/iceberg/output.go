@@ -495,19 +495,17 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	sources, offsets := o.positions(batch, failures)
 	ops := o.operations(batch, failures)
 	full := floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Operations: ops, Sources: sources, Offsets: offsets, Types: o.types(batch)}
-	// Only the messages that are fit to write reach libfloe.
-	var fit []int
-	for i, f := range failures {
-		if f == nil {
-			fit = append(fit, i)
+	// Only the messages that are fit to write reach libfloe (usually all of them).
+	fit := fitMessages(failures)
+	if fit == nil {
+		called, err := o.write(ctx, w, full)
+		if err != nil {
+			return err
 		}
+		return o.batchError(batch, called)
 	}
 	if len(fit) > 0 {
-		call := full
-		if len(fit) < len(batch) {
-			call = subset(full, fit)
-		}
-		called, err := o.write(ctx, w, call)
+		called, err := o.write(ctx, w, subset(full, fit))
 		if err != nil {
 			return err
 		}
@@ -516,6 +514,26 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		}
 	}
 	return o.batchError(batch, failures)
+}
+
+// fitMessages is the indices of the messages that have not failed, or nil when none has.
+func fitMessages(failures []error) []int {
+	for i, f := range failures {
+		if f == nil {
+			continue
+		}
+		fit := make([]int, 0, len(failures)-1)
+		for k := range i {
+			fit = append(fit, k)
+		}
+		for k := i + 1; k < len(failures); k++ {
+			if failures[k] == nil {
+				fit = append(fit, k)
+			}
+		}
+		return fit
+	}
+	return nil
 }
 
 // write hands one batch to libfloe and retries, in this call, its messages that failed

@@ -127,22 +127,7 @@ func TestWriteBatchNamesExactlyTheFailedMessages(t *testing.T) {
 	wh := t.TempDir()
 	out := newTestOutput(t, fmt.Sprintf("catalog: {warehouse: %q}\nnamespace: gotest\ntable: t\nschema_evolution: {enabled: true}\n", wh))
 	batch := batchOf(`{"id": 3}`, `{"id": "three"}`, `not json`, `{"id": 4}`)
-	indexer := batch.Index()
-	err := out.WriteBatch(context.Background(), batch)
-	var be *service.BatchError
-	if !errors.As(err, &be) {
-		t.Fatalf("want a BatchError, got %v", err)
-	}
-	failed := map[int]string{}
-	if be.IndexedErrors() != 2 {
-		t.Fatalf("want exactly 2 indexed errors, got %d", be.IndexedErrors())
-	}
-	be.WalkMessagesIndexedBy(indexer, func(i int, _ *service.Message, err error) bool {
-		if err != nil {
-			failed[i] = err.Error()
-		}
-		return true
-	})
+	failed := failedMessages(t, batch, func(b service.MessageBatch) error { return out.WriteBatch(context.Background(), b) })
 	if len(failed) != 2 || !strings.Contains(failed[1], "field `id`") || !strings.Contains(failed[2], "invalid JSON") {
 		t.Fatalf("unexpected failures: %v", failed)
 	}

@@ -29,7 +29,7 @@ const maxPayloadBuffer = 64 << 20
 
 // encodePayloads gives each message's JSON, encoding structured-only messages into one
 // buffer for the batch. A message with no JSON to give (a structured value neither
-// encoder can write, such as NaN) fails alone: failures[i] says why.
+// encoder can write) fails alone: failures[i] says why.
 func encodePayloads(batch service.MessageBatch, sizeHint int, failures []error) [][]byte {
 	out := make([][]byte, len(batch))
 	var arena []byte
