@@ -150,7 +150,7 @@ pub struct SigV4Config {
     #[serde(default, deserialize_with = "non_empty")]
     pub region: Option<String>,
     /// The service in the scope: `glue` (Glue), `s3tables` (S3 Tables), `execute-api`.
-    #[serde(default = "default_sigv4_service")]
+    #[serde(default = "default_sigv4_service", deserialize_with = "sigv4_service")]
     pub service: String,
     /// Absent: the environment, then the shared credentials file.
     pub credentials: Option<S3Credentials>,
@@ -158,6 +158,11 @@ pub struct SigV4Config {
 
 fn default_sigv4_service() -> String {
     "execute-api".into()
+}
+
+/// Empty means the default, as for text fields without one (`service: ${SERVICE:}`).
+fn sigv4_service<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    Ok(non_empty(d)?.unwrap_or_else(default_sigv4_service))
 }
 
 impl std::fmt::Debug for SigV4Config {
@@ -180,7 +185,7 @@ impl std::fmt::Debug for SigV4Config {
 #[serde(deny_unknown_fields)]
 pub struct OAuth2Config {
     /// Token endpoint; relative paths are resolved against `catalog.url`.
-    #[serde(default = "default_oauth_uri")]
+    #[serde(default = "default_oauth_uri", deserialize_with = "oauth_uri")]
     pub server_uri: String,
     pub client_id: String,
     pub client_secret: String,
@@ -190,6 +195,11 @@ pub struct OAuth2Config {
 
 fn default_oauth_uri() -> String {
     "/v1/oauth/tokens".into()
+}
+
+/// Empty means the default: an empty endpoint would post tokens to the catalog's root.
+fn oauth_uri<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    Ok(non_empty(d)?.unwrap_or_else(default_oauth_uri))
 }
 
 /// A URL with any user info (`user:password@`) replaced by `<redacted>@`.
@@ -746,12 +756,31 @@ fn describe_type_error(e: &serde_path_to_error::Error<serde_json::Error>) -> Str
     match path.as_str() {
         "" | "." => e.inner().to_string(),
         _ if is_secret_path(&path) => format!("{path}: must be a string"),
-        // A section holding secrets, given as something else (`credentials: "id/secret"`):
-        // serde's message would quote the value.
+        // A field in a section holding secrets, given a value of another type (a section
+        // given as text, `credentials: "id/secret"`): serde's message would quote the value.
         _ if holds_secrets(&path) && e.inner().to_string().starts_with("invalid type") => {
-            format!("{path}: must be a map (its value is not shown)")
+            format!(
+                "{path}: must be {} (its value is not shown)",
+                expected_type(e.inner())
+            )
         }
         _ => format!("{path}: {}", e.inner()),
+    }
+}
+
+/// What a type error says was expected (`a boolean`, `a string`), with a struct or map
+/// named as `a map`: the words a YAML user knows.
+fn expected_type(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let expected = text
+        .split_once(", expected ")
+        .map(|(_, expected)| expected)
+        .unwrap_or("another type");
+    // serde_json appends " at line 1 column 5" when it read from text.
+    let expected = expected.split(" at line ").next().unwrap_or(expected);
+    match expected.starts_with("struct ") || expected.contains("map") {
+        true => "a map".into(),
+        false => expected.into(),
     }
 }
 
@@ -1244,6 +1273,44 @@ mod tests {
         assert_eq!(c.catalog.url, None);
         assert_eq!(c.namespace, None);
         assert_eq!(c.warehouse_or_default(), Config::DEFAULT_WAREHOUSE);
+    }
+
+    #[test]
+    fn empty_text_with_a_default_takes_the_default() {
+        let auth = |section: &str| {
+            let text =
+                format!(r#"{{"catalog": {{"url": "http://127.0.0.1:1", "auth": {section}}}}}"#);
+            Config::from_json(&text).unwrap().catalog.auth
+        };
+        let oauth2 =
+            auth(r#"{"oauth2": {"server_uri": "", "client_id": "i", "client_secret": "s"}}"#);
+        assert_eq!(oauth2.oauth2.unwrap().server_uri, default_oauth_uri());
+        let sigv4 = auth(r#"{"aws_sigv4": {"service": ""}}"#);
+        assert_eq!(sigv4.aws_sigv4.unwrap().service, default_sigv4_service());
+    }
+
+    #[test]
+    fn a_scalar_of_the_wrong_type_in_a_section_with_secrets_says_what_it_must_be() {
+        let problems =
+            Config::problems(r#"{"storage": {"aws_s3": {"force_path_style_urls": "yes"}}}"#);
+        assert_eq!(
+            problems,
+            ["storage.aws_s3.force_path_style_urls: must be a boolean (its value is not shown)"]
+        );
+        let problems = Config::problems(
+            r#"{"catalog": {"url": "http://127.0.0.1:1", "auth": {"aws_sigv4": {"region": 5}}}}"#,
+        );
+        assert_eq!(
+            problems,
+            ["catalog.auth.aws_sigv4.region: must be a string (its value is not shown)"]
+        );
+        let problems = Config::problems(
+            r#"{"catalog": {"url": "http://127.0.0.1:1", "auth": {"oauth2": "id:hunter2"}}}"#,
+        );
+        assert_eq!(
+            problems,
+            ["catalog.auth.oauth2: must be a map (its value is not shown)"]
+        );
     }
 
     #[test]
