@@ -243,7 +243,8 @@ size_t floe_batch_result_failed_count(const struct floe_batch_result *result);
 // Each pointer argument must be NULL or a live object obtained from floe.
 size_t floe_batch_result_rows(const struct floe_batch_result *result);
 
-// Snapshots committed by the call.
+// Snapshots committed with the call's rows. A snapshot holding several calls' rows
+// (group commit) is counted by one of them: summed over calls, each counts once.
 //
 // # Safety
 // Each pointer argument must be NULL or a live object obtained from floe.

@@ -73,6 +73,8 @@ impl<'a> Message<'a> {
 pub struct BatchOutcome {
     pub failures: Vec<Option<Error>>,
     pub rows_committed: usize,
+    /// Snapshots the call's rows made. A snapshot holding several calls' rows (group
+    /// commit) is counted by one of them, so summed over calls each counts once.
     pub snapshots: usize,
 }
 
@@ -286,7 +288,7 @@ impl Writer {
             match result {
                 Ok(group) => {
                     rows_committed += group.rows;
-                    snapshots += usize::from(group.committed);
+                    snapshots += usize::from(group.counts_snapshot);
                     for (pos, err) in group.failures {
                         failures[idx[pos]] = Some(err);
                     }
@@ -577,7 +579,7 @@ impl Writer {
         if batch.num_rows() == 0 && deletes.is_none() {
             return Ok(GroupResult {
                 rows: 0,
-                committed: false,
+                counts_snapshot: false,
                 failures,
             });
         }
@@ -599,10 +601,10 @@ impl Writer {
             offsets,
         };
         failpoint::hit(failpoint::names::BEFORE_SUBMIT);
-        handle.committer.submit(claim, submission).await?;
+        let committed = handle.committer.submit(claim, submission).await?;
         Ok(GroupResult {
             rows,
-            committed: true,
+            counts_snapshot: committed.counts_snapshot,
             failures,
         })
     }
@@ -941,7 +943,9 @@ fn repeated_position(i: usize, first: usize, source: &str, offset: i64) -> Error
 
 struct GroupResult {
     rows: usize,
-    committed: bool,
+    /// The call's rows committed, and the snapshot is counted by this call (see
+    /// [`crate::commit::committer::Committed::counts_snapshot`]).
+    counts_snapshot: bool,
     /// (position within the group, error) for messages that were not shredded.
     failures: Vec<(usize, Error)>,
 }

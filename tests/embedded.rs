@@ -562,3 +562,40 @@ fn a_configured_bucket_refuses_a_warehouse_elsewhere() {
     );
     assert!(!dir.path().join("wh").exists(), "nothing was created");
 }
+
+/// Calls that share a snapshot (group commit) count it once between them: summed over the
+/// calls, their snapshots are the table's, as the host's `iceberg_snapshots_total` says.
+#[test]
+fn calls_sharing_a_snapshot_count_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let config = config(
+        dir.path(),
+        json!({"table": "grouped", "commit": {"linger": "200ms"}}),
+    );
+    let writer = rt.block_on(Writer::open(config)).unwrap();
+    let payloads: Vec<String> = (0..8).map(|i| format!(r#"{{"id": {i}}}"#)).collect();
+    let outcomes = rt.block_on(futures::future::join_all(payloads.iter().map(|p| {
+        let writer = &writer;
+        async move {
+            let messages = [Message::insert(p.as_bytes())];
+            writer.write_batch(&messages).await.expect("write call")
+        }
+    })));
+    let counted: usize = outcomes.iter().map(|o| o.snapshots).sum();
+    let table = rt
+        .block_on(
+            writer
+                .catalog()
+                .load_table(&floe::catalog::table_ident("demo.events", "grouped").unwrap()),
+        )
+        .unwrap()
+        .unwrap();
+    let in_table = table.metadata.snapshots().count();
+    assert!(
+        in_table < 8,
+        "the linger grouped no calls: {in_table} snapshots"
+    );
+    assert_eq!(counted, in_table);
+    assert_eq!(writer.stats().snapshots as usize, in_table);
+}

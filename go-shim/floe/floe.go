@@ -191,8 +191,10 @@ type Batch struct {
 // Result tells, per message, whether it was committed.
 type Result struct {
 	// Failures[i] is nil when message i was committed.
-	Failures    []error
-	Rows        int
+	Failures []error
+	Rows     int
+	// Snapshots holding the call's rows; one shared with other calls (group commit) is
+	// counted by one of them only.
 	Snapshots   int
 	FailedCount int
 }

@@ -445,7 +445,8 @@ pub unsafe extern "C" fn floe_batch_result_rows(result: *const FloeBatchResult) 
     unsafe { borrow(result) }.map_or(0, |r| r.rows_committed)
 }
 
-/// Snapshots committed by the call.
+/// Snapshots committed with the call's rows. A snapshot holding several calls' rows
+/// (group commit) is counted by one of them: summed over calls, each counts once.
 ///
 /// # Safety
 /// Each pointer argument must be NULL or a live object obtained from floe.

@@ -107,6 +107,10 @@ pub struct Submission {
 #[derive(Debug, Clone, Copy)]
 pub struct Committed {
     pub snapshot_id: i64,
+    /// Whether this submission is the one its snapshot is counted by: the first of the
+    /// group whose caller still waits. Summed over calls, snapshots are then counted
+    /// once, however many calls a group commit joined.
+    pub counts_snapshot: bool,
 }
 
 struct Pending {

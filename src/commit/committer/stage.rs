@@ -384,8 +384,19 @@ impl CommitStage {
                 if !offsets.is_empty() {
                     self.ledger.locked().committed.union_with(&offsets);
                 }
+                // Counted by the first caller still waiting (a cancelled one is not).
+                let mut counted = false;
                 for p in pendings {
-                    finish(p, Ok(Committed { snapshot_id }));
+                    let counts_snapshot =
+                        !counted && p.reply.as_ref().is_some_and(|r| !r.is_closed());
+                    counted |= counts_snapshot;
+                    finish(
+                        p,
+                        Ok(Committed {
+                            snapshot_id,
+                            counts_snapshot,
+                        }),
+                    );
                 }
             }
             Err(e) => {
