@@ -248,7 +248,7 @@ fn widened(p: &PrimitiveType, values: &[&Value]) -> Option<PrimitiveType> {
                 .filter_map(|v| number_text(v))
                 .filter_map(|t| decimal_digits(&t))
                 .filter(|&(_, fraction)| fraction <= *scale)
-                .map(|(integer, _)| integer + scale)
+                .map(|(integer, _)| integer.saturating_add(*scale))
                 .max()?;
             (needed > *precision && needed <= 38).then_some(PrimitiveType::Decimal {
                 precision: needed,
@@ -276,17 +276,45 @@ fn integer_text(v: &Value) -> Option<String> {
 }
 
 /// Integer digits (without leading zeros) and fraction digits (without trailing zeros)
-/// of a plain decimal number; `None` for exponents and anything else.
+/// of a decimal number, plain (`123.45`) or with an exponent (`1.2345e17`, as the
+/// shredder accepts and as a JSON number of 1e16 or more with a fraction is printed);
+/// `None` for anything else.
 fn decimal_digits(text: &str) -> Option<(u32, u32)> {
-    let digits = text.strip_prefix('-').unwrap_or(text);
-    let (integer, fraction) = digits.split_once('.').unwrap_or((digits, ""));
-    let plain = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if integer.is_empty() || !plain(integer) || !plain(fraction) {
+    let unsigned = text.strip_prefix('-').unwrap_or(text);
+    let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
+        Some((m, e)) => (m, exponent_value(e.strip_prefix('+').unwrap_or(e))?),
+        None => (unsigned, 0),
+    };
+    let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if integer.is_empty() || !all_digits(integer) || !all_digits(fraction) {
         return None;
     }
-    let integer = integer.trim_start_matches('0').len() as u32;
-    let fraction = fraction.trim_end_matches('0').len() as u32;
-    Some((integer, fraction))
+    // The significant digits, and where the point falls among them.
+    let all = format!("{integer}{fraction}");
+    let significant = all.trim_start_matches('0');
+    let point = integer.len() as i64 - (all.len() - significant.len()) as i64 + exponent;
+    let significant = significant.trim_end_matches('0');
+    if significant.is_empty() {
+        return Some((0, 0));
+    }
+    let clamp = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
+    Some((clamp(point), clamp(significant.len() as i64 - point)))
+}
+
+/// An exponent's value; one beyond i64 is as good as infinite (no decimal holds it), so
+/// it is capped where adding a mantissa's length cannot overflow.
+fn exponent_value(text: &str) -> Option<i64> {
+    const CAP: i64 = 1 << 40;
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if digits.is_empty() || !all_digits(digits) {
+        return None;
+    }
+    let sign = if digits.len() < text.len() { -1 } else { 1 };
+    Some(digits.parse::<i64>().unwrap_or(CAP).min(CAP) * sign)
+}
+
+fn all_digits(text: &str) -> bool {
+    text.bytes().all(|b| b.is_ascii_digit())
 }
 
 #[cfg(test)]
@@ -437,6 +465,37 @@ mod tests {
     fn decimal_digits_of_plain_numbers() {
         assert_eq!(decimal_digits("00123.4500"), Some((3, 2)));
         assert_eq!(decimal_digits("-0.5"), Some((0, 1)));
-        assert_eq!(decimal_digits("1e5"), None);
+        assert_eq!(decimal_digits("abc"), None);
+        assert_eq!(decimal_digits("1.5x"), None);
+    }
+
+    /// The shredder takes exponent forms, and a JSON number with a fraction at 1e16 or
+    /// above reaches evolution printed in one (`1.2345678901234568e17`).
+    #[test]
+    fn decimal_digits_of_exponent_forms() {
+        assert_eq!(decimal_digits("1e5"), Some((6, 0)));
+        assert_eq!(decimal_digits("1.2345678901234568e17"), Some((18, 0)));
+        assert_eq!(decimal_digits("-2.50E+1"), Some((2, 0)));
+        assert_eq!(decimal_digits("1.5e-3"), Some((0, 4)));
+        assert_eq!(decimal_digits("0.0e9"), Some((0, 0)));
+        assert_eq!(decimal_digits("120E-1"), Some((2, 0)));
+        assert_eq!(decimal_digits("1e99999999999"), Some((u32::MAX, 0)));
+        assert_eq!(
+            decimal_digits("1e-999999999999999999999999"),
+            Some((0, u32::MAX))
+        );
+        assert_eq!(decimal_digits("1e"), None);
+        assert_eq!(decimal_digits("e5"), None);
+    }
+
+    #[test]
+    fn a_large_json_number_widens_a_decimal() {
+        let e = evolve(
+            &base(),
+            &[r#"{"id": 1, "m": {"k": {"d": 123456789012345678.5}}}"#],
+        )
+        .unwrap();
+        let d = e.schema.field_by_name("m.value.d").unwrap();
+        assert_eq!(d.field_type.to_string(), "decimal(20, 2)");
     }
 }
