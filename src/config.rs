@@ -981,14 +981,46 @@ impl Config {
         if let Err(e) = crate::storage::file_io_props(&self.storage) {
             problems.push(e.message().to_string());
         }
-        if let Ok(CatalogKind::Embedded { .. }) = self.catalog_kind() {
-            let warehouse = crate::storage::location_url(self.warehouse_or_default())
-                .and_then(|w| crate::storage::check_bucket(&self.storage, &w));
-            if let Err(e) = warehouse {
-                problems.push(format!("catalog.warehouse: {}", e.message()));
+        match self.catalog_kind() {
+            Ok(CatalogKind::Embedded { .. }) => {
+                let warehouse = crate::storage::location_url(self.warehouse_or_default())
+                    .and_then(|w| crate::storage::check_bucket(&self.storage, &w));
+                if let Err(e) = warehouse {
+                    problems.push(format!("catalog.warehouse: {}", e.message()));
+                }
+                problems.extend(self.rest_only_settings().into_iter().map(|field| {
+                    format!(
+                        "catalog.{field}: only a REST catalog uses it, and catalog.url names \
+                         none (unset or empty: the embedded catalog)"
+                    )
+                }));
             }
+            Ok(CatalogKind::Rest { .. }) if self.catalog.name.is_some() => problems.push(
+                "catalog.name: only the embedded catalog uses it (a REST catalog is named by \
+                 its url)"
+                    .into(),
+            ),
+            _ => {}
         }
         problems
+    }
+
+    /// Catalog settings given that only a REST catalog acts on. Given with the embedded
+    /// catalog they would be ignored: most likely `catalog.url` came out empty (an unset
+    /// environment variable), and the rows would go to a local folder instead.
+    fn rest_only_settings(&self) -> Vec<&'static str> {
+        let c = &self.catalog;
+        [
+            ("auth.bearer", c.auth.bearer.is_some()),
+            ("auth.oauth2", c.auth.oauth2.is_some()),
+            ("auth.aws_sigv4", c.auth.aws_sigv4.is_some()),
+            ("headers", !c.headers.is_empty()),
+            ("tls_skip_verify", c.tls_skip_verify),
+            ("tls_root_cas_file", c.tls_root_cas_file.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(field, set)| set.then_some(field))
+        .collect()
     }
 
     /// The embedded warehouse root when no catalog is configured.
@@ -1124,7 +1156,7 @@ mod tests {
     #[test]
     fn problems_name_their_fields_and_are_all_reported() {
         let problems = Config::problems(
-            r#"{"catalog": {"auth": {"aws_sigv4": {"region": "x", "credentials": {"id": "", "secret": "s"}}}},
+            r#"{"catalog": {"url": "http://127.0.0.1:1", "auth": {"aws_sigv4": {"region": "x", "credentials": {"id": "", "secret": "s"}}}},
                 "storage": {"gcp_cloud_storage": {"credentials_type": "service_account"}},
                 "commit": {"max_snapshots": 0}}"#,
         );
@@ -1276,6 +1308,32 @@ mod tests {
     }
 
     #[test]
+    fn settings_of_the_other_catalog_kind_are_refused() {
+        let problems = Config::problems(
+            r#"{"catalog": {"url": "", "auth": {"bearer": "t0ken"}, "headers": {"X-A": "b"},
+                "tls_skip_verify": true}}"#,
+        );
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems[0].starts_with("catalog.auth.bearer: only a REST catalog uses it"),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().all(|p| !p.contains("t0ken")),
+            "{problems:?}"
+        );
+        let problems =
+            Config::problems(r#"{"catalog": {"url": "http://127.0.0.1:1", "name": "lake"}}"#);
+        assert_eq!(
+            problems,
+            [
+                "catalog.name: only the embedded catalog uses it (a REST catalog is named by its url)"
+            ]
+        );
+        assert!(Config::problems(r#"{"catalog": {"name": "lake"}}"#).is_empty());
+    }
+
+    #[test]
     fn empty_text_with_a_default_takes_the_default() {
         let auth = |section: &str| {
             let text =
@@ -1321,7 +1379,7 @@ mod tests {
             r#"{"aws_sigv4": {"region": "r", "credentials": {"id": "AKIA", "secret": "SECRET4", "token": "SECRET5"}}}"#,
         ] {
             let c = Config::from_json(&format!(
-                r#"{{"catalog": {{"auth": {auth}}},
+                r#"{{"catalog": {{"url": "http://127.0.0.1:1", "auth": {auth}}},
                     "storage": {{"aws_s3": {{"credentials": {{"id": "AKIA", "secret": "SECRET3"}}}}}}}}"#
             ))
             .unwrap();
@@ -1339,7 +1397,9 @@ mod tests {
                 "{problems:?}"
             );
         }
-        let two = Config::problems(r#"{"catalog": {"auth": {"bearer": "t", "aws_sigv4": {}}}}"#);
+        let two = Config::problems(
+            r#"{"catalog": {"url": "http://127.0.0.1:1", "auth": {"bearer": "t", "aws_sigv4": {}}}}"#,
+        );
         assert_eq!(
             two,
             ["catalog.auth: set one of bearer, oauth2 and aws_sigv4"]

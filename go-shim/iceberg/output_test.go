@@ -253,8 +253,8 @@ func TestCancellationReturnsPromptly(t *testing.T) {
 func TestLintAndStartUpPrintLibfloesSameProblems(t *testing.T) {
 	cases := map[string]struct{ extra, want string }{
 		"gcs":       {"storage:\n  gcp_cloud_storage:\n    credentials_type: service_account\n", "storage.gcp_cloud_storage.credentials_type: service_account needs credentials_file or credentials_json"},
-		"sigv4":     {"catalog:\n  auth:\n    aws_sigv4:\n      region: us-east-1\n      credentials:\n        id: \"\"\n        secret: s\n", "catalog.auth.aws_sigv4.credentials: id and secret must both be set (leave credentials out to use the environment or ~/.aws/credentials)"},
-		"two auths": {"catalog:\n  auth:\n    bearer: t\n    aws_sigv4:\n      region: us-east-1\n", "catalog.auth: set one of bearer, oauth2 and aws_sigv4"},
+		"sigv4":     {"catalog:\n  url: http://127.0.0.1:1\n  auth:\n    aws_sigv4:\n      region: us-east-1\n      credentials:\n        id: \"\"\n        secret: s\n", "catalog.auth.aws_sigv4.credentials: id and secret must both be set (leave credentials out to use the environment or ~/.aws/credentials)"},
+		"two auths": {"catalog:\n  url: http://127.0.0.1:1\n  auth:\n    bearer: t\n    aws_sigv4:\n      region: us-east-1\n", "catalog.auth: set one of bearer, oauth2 and aws_sigv4"},
 		"azure":     {"storage:\n  azure_blob_storage:\n    container: c\n", `catalog.warehouse: storage.azure_blob_storage.container is "c"`},
 		"retries":   {"commit:\n  max_retries: -1\n", "commit.max_retries: invalid value: integer `-1`, expected u32"},
 		"snapshots": {"commit:\n  max_snapshots: 0\n", "commit.max_snapshots must be greater than 0"},
@@ -268,6 +268,7 @@ func TestLintAndStartUpPrintLibfloesSameProblems(t *testing.T) {
 		"duration":  {"commit:\n  linger: 99999999999999999999h\n", `commit.linger: "99999999999999999999h" is longer than the longest duration (2562047h)`},
 		"gzip":      {"parquet:\n  compression: gzip\n  compression_level: 12\n", "parquet.compression_level 12 is outside gzip's 1..=9"},
 		"zeros":     {"parquet:\n  compression: \"\"\n  compression_level: 0\n  row_group_size: 0\n  page_size: 0\n", ""},
+		"embedded":  {"catalog:\n  url: \"\"\n  auth:\n    bearer: t0ken\n", "catalog.auth.bearer: only a REST catalog uses it"},
 		"password":  {"catalog:\n  url: user:hunter2@catalog.example:8181\n", `catalog.url "redacted@catalog.example:8181" must start with`},
 	}
 	linter := service.GlobalEnvironment().NewComponentConfigLinter()
