@@ -772,13 +772,14 @@ fn describe_type_error(e: &serde_path_to_error::Error<serde_json::Error>) -> Str
 /// named as `a map`: the words a YAML user knows.
 fn expected_type(e: &serde_json::Error) -> String {
     let text = e.to_string();
+    // The last ", expected": the value quoted before it may hold the words too.
     let expected = text
-        .split_once(", expected ")
+        .rsplit_once(", expected ")
         .map(|(_, expected)| expected)
         .unwrap_or("another type");
     // serde_json appends " at line 1 column 5" when it read from text.
     let expected = expected.split(" at line ").next().unwrap_or(expected);
-    match expected.starts_with("struct ") || expected.contains("map") {
+    match expected.starts_with("struct ") || expected == "a map" {
         true => "a map".into(),
         false => expected.into(),
     }
@@ -1361,6 +1362,13 @@ mod tests {
         assert_eq!(
             problems,
             ["catalog.auth.aws_sigv4.region: must be a string (its value is not shown)"]
+        );
+        let problems = Config::problems(
+            r#"{"storage": {"aws_s3": {"credentials": "AKIA, expected hunter2"}}}"#,
+        );
+        assert_eq!(
+            problems,
+            ["storage.aws_s3.credentials: must be a map (its value is not shown)"]
         );
         let problems = Config::problems(
             r#"{"catalog": {"url": "http://127.0.0.1:1", "auth": {"oauth2": "id:hunter2"}}}"#,

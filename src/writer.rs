@@ -283,11 +283,16 @@ impl Writer {
             }))
             .await;
         let (mut rows_committed, mut snapshots) = (0, 0);
+        // Whether any of the call's tables committed its rows: then the call must not
+        // fail as a whole (the host would write those rows again), whether or not this
+        // call counts the snapshot.
+        let mut any_committed = false;
         let mut call_error: Option<Error> = None;
         for (ident, idx, result) in results {
             match result {
                 Ok(group) => {
                     rows_committed += group.rows;
+                    any_committed |= group.committed;
                     snapshots += usize::from(group.counts_snapshot);
                     for (pos, err) in group.failures {
                         failures[idx[pos]] = Some(err);
@@ -306,7 +311,7 @@ impl Writer {
             }
         }
         if let Some(e) = call_error
-            && snapshots == 0
+            && !any_committed
         {
             return Err(e);
         }
@@ -579,6 +584,7 @@ impl Writer {
         if batch.num_rows() == 0 && deletes.is_none() {
             return Ok(GroupResult {
                 rows: 0,
+                committed: false,
                 counts_snapshot: false,
                 failures,
             });
@@ -604,6 +610,7 @@ impl Writer {
         let committed = handle.committer.submit(claim, submission).await?;
         Ok(GroupResult {
             rows,
+            committed: true,
             counts_snapshot: committed.counts_snapshot,
             failures,
         })
@@ -943,7 +950,9 @@ fn repeated_position(i: usize, first: usize, source: &str, offset: i64) -> Error
 
 struct GroupResult {
     rows: usize,
-    /// The call's rows committed, and the snapshot is counted by this call (see
+    /// The group's rows (or deletes) committed.
+    committed: bool,
+    /// The snapshot they went to is counted by this call (see
     /// [`crate::commit::committer::Committed::counts_snapshot`]).
     counts_snapshot: bool,
     /// (position within the group, error) for messages that were not shredded.

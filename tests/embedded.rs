@@ -599,3 +599,64 @@ fn calls_sharing_a_snapshot_count_it_once() {
     assert_eq!(counted, in_table);
     assert_eq!(writer.stats().snapshots as usize, in_table);
 }
+
+/// A call whose rows committed in one table must not fail as a whole because another of
+/// its tables failed: the host would write the committed rows again. Here the call's
+/// snapshot in table `a` is shared with (and counted by) an earlier call, so the call
+/// itself counts no snapshot, yet its rows in `a` are committed.
+#[test]
+fn a_call_committed_in_a_shared_snapshot_is_not_failed_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let config = config(dir.path(), json!({"commit": {"linger": "300ms"}}));
+    let writer = rt.block_on(Writer::open(config)).unwrap();
+    let on = |table: &'static str, payload: &'static str| Message {
+        table: Some(table),
+        ..Message::insert(payload.as_bytes())
+    };
+    // Both tables exist; then table b's data folder becomes a file, so its uploads fail
+    // (a storage error, not the messages' fault), even for root.
+    for table in ["a", "b"] {
+        let out = rt
+            .block_on(writer.write_batch(&[on(table, r#"{"id": 0}"#)]))
+            .expect("write call");
+        assert!(out.failures.iter().all(Option::is_none), "{out:?}");
+    }
+    let data = find_dir(&dir.path().join("wh"), "b", "data").expect("table b's data folder");
+    std::fs::remove_dir_all(&data).unwrap();
+    std::fs::write(&data, b"not a folder").unwrap();
+
+    let first = [on("a", r#"{"id": 1}"#)];
+    let second = [on("a", r#"{"id": 2}"#), on("b", r#"{"id": 3}"#)];
+    let (first, second) = rt.block_on(async {
+        futures::join!(writer.write_batch(&first), async {
+            // Joins the group after the first call's submission.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            writer.write_batch(&second).await
+        })
+    });
+    let first = first.expect("the first call");
+    assert!(first.failures.iter().all(Option::is_none), "{first:?}");
+    let second = second.expect("a call with committed rows must not fail whole");
+    assert!(second.failures[0].is_none(), "{second:?}");
+    let failed = second.failures[1].as_ref().expect("table b failed");
+    assert_ne!(failed.kind(), floe::error::ErrorKind::Data, "{failed}");
+    assert_eq!(second.rows_committed, 1);
+}
+
+/// The folder named `name` inside a folder named `parent`, anywhere under `root`.
+fn find_dir(root: &std::path::Path, parent: &str, name: &str) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(root).ok()?.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if path.file_name()? == name && path.parent()?.file_name()? == parent {
+            return Some(path);
+        }
+        if let Some(found) = find_dir(&path, parent, name) {
+            return Some(found);
+        }
+    }
+    None
+}
