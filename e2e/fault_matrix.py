@@ -463,15 +463,18 @@ def run_trial(svc, workdir, fault, exactly_once, trial_id):
         try:
             outputs = [output_block(services, s3p.endpoint, catp.endpoint, table,
                                     f"{table}-w{w}", exactly_once) for w in range(fault.writers)]
+            serving = []  # the host serving writer w now; `hosts` holds every one started
             for w, output in enumerate(outputs):
                 host, port = start_host(workdir, f"{table}-w{w}", output)
                 hosts.append(host)
+                serving.append(host)
                 inputs.append(stack.enter_context(FaultProxy("127.0.0.1", port, f"input{w}")))
 
             def restart_host(w):
-                hosts[w].kill()
-                host, port = start_host(workdir, f"{table}-w{w}-again", outputs[w])
+                serving[w].kill()
+                host, port = start_host(workdir, f"{table}-w{w}-again{len(hosts)}", outputs[w])
                 hosts.append(host)
+                serving[w] = host
                 inputs[w].set_upstream("127.0.0.1", port)
             client = Client([p.port for p in inputs])
             client.start()
