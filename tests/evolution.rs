@@ -186,6 +186,50 @@ fn columns_widen_and_relax_where_a_value_needs_it() {
     assert!(s.field_by_name("id").unwrap().required);
 }
 
+/// Whole numbers the shredder stores in a long, written in any form it takes (an
+/// exponent, a zero fraction, a quoted `+`), widen an int column as plain digits do:
+/// they failed as out of range for int while the column stayed narrow.
+#[test]
+fn whole_numbers_in_any_form_widen_an_int_column() {
+    let rt = runtime();
+    let schema = json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "id", "required": true, "type": "long"},
+        {"id": 2, "name": "n", "required": false, "type": "int"}
+    ]});
+    let writer = rt
+        .block_on(Writer::open(rest_config(json!({"table": "widen_forms",
+            "schema_evolution": {"schema": schema}}))))
+        .unwrap();
+    let batch: Vec<String> = [
+        r#"{"id": 1, "n": 3e9}"#,
+        r#"{"id": 2, "n": 4000000000.0}"#,
+        r#"{"id": 3, "n": "+5000000000"}"#,
+    ]
+    .map(String::from)
+    .to_vec();
+    assert_eq!(write_ok(&rt, &writer, &batch), 3);
+    let n: Vec<Value> = pyiceberg_rows("widen_forms")
+        .iter()
+        .map(|r| r["n"].clone())
+        .collect();
+    assert_eq!(
+        n,
+        [
+            json!(3_000_000_000_i64),
+            json!(4_000_000_000_i64),
+            json!(5_000_000_000_i64)
+        ]
+    );
+    let loaded = load(&rt, &writer, "evolution", "widen_forms");
+    let n_type = &loaded
+        .metadata
+        .current_schema()
+        .field_by_name("n")
+        .unwrap()
+        .field_type;
+    assert_eq!(n_type.to_string(), "long");
+}
+
 /// 20 concurrent calls on one writer, each adding its own column, and two writers (own
 /// catalog clients and committers, as two processes have) doing the same: every column
 /// once, every value where it was written.

@@ -15,6 +15,7 @@ use iceberg::spec::{ListType, MapType, NestedFieldRef, PrimitiveType, Schema, St
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::shred::convert::parse_i64;
 use crate::shred::infer::{Shape, TypeHints, same_name, typed_fields};
 
 /// The evolved schema and what changed, or `None` when the messages need no change.
@@ -230,8 +231,8 @@ fn widened(p: &PrimitiveType, values: &[&Value]) -> Option<PrimitiveType> {
         PrimitiveType::Int => values
             .iter()
             .any(|v| {
-                integer_text(v)
-                    .is_some_and(|t| t.parse::<i64>().is_ok_and(|x| i32::try_from(x).is_err()))
+                number_text(v)
+                    .is_some_and(|t| parse_i64(&t).is_ok_and(|x| i32::try_from(x).is_err()))
             })
             .then_some(PrimitiveType::Long),
         PrimitiveType::Float => values
@@ -259,34 +260,30 @@ fn widened(p: &PrimitiveType, values: &[&Value]) -> Option<PrimitiveType> {
     }
 }
 
-/// The text of a JSON number, or of a string holding one (the shredder accepts both).
+/// The text of a JSON number, or of a string holding one (the shredder accepts both),
+/// untrimmed as the shredder reads it: a value it would refuse widens nothing.
 fn number_text(v: &Value) -> Option<String> {
     match v {
         Value::Number(n) => Some(n.to_string()),
-        Value::String(s) => Some(s.trim().to_string()),
+        Value::String(s) => Some(s.clone()),
         _ => None,
     }
 }
 
-fn integer_text(v: &Value) -> Option<String> {
-    number_text(v).filter(|t| {
-        let digits = t.strip_prefix('-').unwrap_or(t);
-        !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
-    })
-}
-
 /// Integer digits (without leading zeros) and fraction digits (without trailing zeros)
-/// of a decimal number, plain (`123.45`) or with an exponent (`1.2345e17`, as the
-/// shredder accepts and as a JSON number of 1e16 or more with a fraction is printed);
+/// of a decimal number, plain (`123.45`, `+.5`) or with an exponent (`1.2345e17`, as a
+/// JSON number of 1e16 or more with a fraction is printed): every form the shredder's
+/// `parse_decimal` takes, so no value it would store fails for want of widening;
 /// `None` for anything else.
 fn decimal_digits(text: &str) -> Option<(u32, u32)> {
-    let unsigned = text.strip_prefix('-').unwrap_or(text);
+    let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
     let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
         Some((m, e)) => (m, exponent_value(e.strip_prefix('+').unwrap_or(e))?),
         None => (unsigned, 0),
     };
     let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    if integer.is_empty() || !all_digits(integer) || !all_digits(fraction) {
+    if (integer.is_empty() && fraction.is_empty()) || !all_digits(integer) || !all_digits(fraction)
+    {
         return None;
     }
     // The significant digits, and where the point falls among them.
@@ -425,6 +422,19 @@ mod tests {
         );
     }
 
+    /// Every whole number the shredder stores in a long widens an int column: exponent
+    /// forms and a leading `+` too, not only plain digits.
+    #[test]
+    fn whole_numbers_in_any_form_widen_an_int() {
+        for n in [r#"3e9"#, r#"3.0e9"#, r#""+3000000000""#, r#""-3e9""#] {
+            let e = evolve(&base(), &[&format!(r#"{{"id": 1, "n": {n}}}"#)]);
+            let n_type = e.map(|e| e.schema.field_by_name("n").unwrap().field_type.to_string());
+            assert_eq!(n_type.as_deref(), Some("long"), "{n}");
+        }
+        assert!(evolve(&base(), &[r#"{"id": 1, "n": 3000000000.5}"#]).is_none());
+        assert!(evolve(&base(), &[r#"{"id": 1, "n": " 3000000000"}"#]).is_none());
+    }
+
     #[test]
     fn case_insensitive_matching_adds_no_twin_column() {
         let s = base();
@@ -486,6 +496,24 @@ mod tests {
         );
         assert_eq!(decimal_digits("1e"), None);
         assert_eq!(decimal_digits("e5"), None);
+    }
+
+    /// A leading `+` and a bare fraction (`.5`) are numbers to the shredder too.
+    #[test]
+    fn decimal_digits_of_signed_and_bare_fractions() {
+        assert_eq!(decimal_digits("+1e20"), Some((21, 0)));
+        assert_eq!(decimal_digits(".5e3"), Some((3, 0)));
+        assert_eq!(decimal_digits("-.25"), Some((0, 2)));
+        assert_eq!(decimal_digits("7."), Some((1, 0)));
+        assert_eq!(decimal_digits("."), None);
+        assert_eq!(decimal_digits("+"), None);
+        assert_eq!(decimal_digits("+-1"), None);
+        for text in ["+1e20", ".5e3", "-.25", "7."] {
+            assert!(
+                crate::shred::convert::parse_decimal(text, 38, 2).is_ok(),
+                "{text}"
+            );
+        }
     }
 
     #[test]
