@@ -8,10 +8,12 @@
 //! calls hand in, several calls per snapshot.
 
 use crate::failpoint;
+use crate::rowops::KeyColumns;
 use crate::rowops::RowOp;
-use crate::rowops::keys::with_identifier_fields;
+use crate::rowops::keys::{inferred_float_keys_as_long, with_identifier_fields};
 use crate::rowops::resolve::{KeyAt, resolve_call};
 use crate::sync::LockExt;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -24,16 +26,18 @@ use crate::catalog::sql::SqlCatalog;
 use crate::catalog::{Catalog, LoadedTable, NewTable, table_ident};
 use crate::commit::committer::{
     Claim, CommitterOptions, Submission, TableCommitter, TableView, Verdict,
+    check_merge_on_read_keys,
 };
 use crate::commit::offsets::SourceOffsets;
 use crate::config::{CatalogKind, Config, MergeStrategy, UnknownFieldPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::evolve;
 use crate::partition_spec::{check_table_spec, parse_spec};
-use crate::shred::infer::TypeHints;
+use crate::shred::infer::{TypeHints, same_name};
 use crate::shred::{DecodeOptions, MessageError, Shredder, UnknownFields};
 use crate::stats::StatsSnapshot;
 use crate::storage::{build_file_io, check_bucket, file_io_props, location_url, table_file_io};
+use serde_json::Value;
 
 /// One message of a batch, with the table it goes to when the host evaluated one.
 #[derive(Debug, Clone, Copy)]
@@ -149,6 +153,7 @@ impl Writer {
             max_group_bytes: commit.max_group_bytes,
             writer_id: commit.exactly_once.as_ref().map(|e| e.writer_id.clone()),
             identifier_fields: config.identifier_fields.clone(),
+            case_sensitive_columns: config.case_sensitive_columns,
             merge_strategy: config.merge_strategy,
             reads_delete_files,
             parquet: config.parquet.clone(),
@@ -372,7 +377,11 @@ impl Writer {
                 // (another partition spec): the message goes to the dead letters rather
                 // than stalling the pipeline.
                 ErrorKind::NotFound | ErrorKind::Config if messages[idx[0]].table.is_some() => {
-                    Error::new(ErrorKind::Data, e.to_string())
+                    let text = e.to_string();
+                    match text.contains(&ident.to_string()) {
+                        true => Error::new(ErrorKind::Data, text),
+                        false => Error::new(ErrorKind::Data, format!("table {ident}: {text}")),
+                    }
                 }
                 _ => e,
             })?;
@@ -767,18 +776,26 @@ impl Writer {
             })?,
             None => {
                 let mut hints = TypeHints::default();
-                let payloads: Vec<&[u8]> = sample
+                let payloads: Vec<Cow<'_, [u8]>> = sample
                     .map(|m| {
-                        hints.merge(self.message_hints(m));
-                        m.payload
+                        if row_op(m) != RowOp::Delete {
+                            hints.merge(self.message_hints(m));
+                        }
+                        self.shaping_payload(m)
                     })
                     .collect();
-                crate::shred::infer::infer_schema(
-                    payloads,
+                let inferred = crate::shred::infer::infer_schema(
+                    payloads.iter().map(Cow::as_ref),
                     self.config.case_sensitive_columns,
                     &hints,
                 )
-                .map_err(|e| Error::new(ErrorKind::Data, format!("cannot create {ident}: {e}")))?
+                .map_err(|e| Error::new(ErrorKind::Data, format!("cannot create {ident}: {e}")))?;
+                inferred_float_keys_as_long(
+                    inferred,
+                    &self.config.identifier_fields,
+                    self.config.case_sensitive_columns,
+                    |name| hints.get(name).is_some(),
+                )?
             }
         };
         if let Some(name) = crate::shred::infer::nanosecond_field(&schema) {
@@ -791,7 +808,11 @@ impl Writer {
             ));
         }
         // Tables floe creates register the key: readers (and later writers) find it there.
-        let schema = with_identifier_fields(schema, &self.config.identifier_fields)?;
+        let schema = with_identifier_fields(
+            schema,
+            &self.config.identifier_fields,
+            self.config.case_sensitive_columns,
+        )?;
         let partition_spec = match evolution.partition_spec.as_deref() {
             Some(text) => Some(parse_spec(
                 text,
@@ -800,6 +821,27 @@ impl Writer {
             )?),
             None => None,
         };
+        let strategy = self
+            .config
+            .merge_strategy
+            .or((!self.options.reads_delete_files).then_some(MergeStrategy::CopyOnWrite));
+        // A configured key is checked at open (a key the schema brings, only when a
+        // message upserts or deletes: inserts never need it).
+        if strategy.unwrap_or_default() == MergeStrategy::MergeOnRead
+            && !self.config.identifier_fields.is_empty()
+            && let Some(keys) = KeyColumns::for_table(
+                &schema,
+                &self.config.identifier_fields,
+                self.config.case_sensitive_columns,
+            )?
+        {
+            let partition = partition_spec.iter().flat_map(|spec| spec.fields());
+            check_merge_on_read_keys(
+                &schema,
+                partition.map(|f| (f.name.as_str(), f.source_id)),
+                &keys,
+            )?;
+        }
         let location = evolution.table_location.as_deref().map(|prefix| {
             format!(
                 "{}/{}/{}",
@@ -818,12 +860,34 @@ impl Writer {
                     location,
                     // Recorded where readers apply no delete files, so other writers
                     // follow.
-                    properties: created_table_properties(self.config.merge_strategy.or(
-                        (!self.options.reads_delete_files).then_some(MergeStrategy::CopyOnWrite),
-                    )),
+                    properties: created_table_properties(strategy),
                 },
             )
             .await
+    }
+}
+
+impl Writer {
+    /// What of a message may shape a table floe creates: a delete's fields other than
+    /// its key are ignored when it is written, so they must not become columns either.
+    fn shaping_payload<'m>(&self, m: &Message<'m>) -> Cow<'m, [u8]> {
+        match RowOp::parse(m.operation) {
+            Ok(RowOp::Delete) => {}
+            Ok(_) => return Cow::Borrowed(m.payload),
+            Err(_) => return Cow::Borrowed(b"null"), // fails alone; inference skips it
+        }
+        let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(m.payload) else {
+            return Cow::Borrowed(m.payload); // not an object: inference skips it
+        };
+        let cs = self.config.case_sensitive_columns;
+        let key: serde_json::Map<String, Value> = fields
+            .into_iter()
+            .filter(|(name, _)| {
+                let names = &self.config.identifier_fields;
+                names.iter().any(|k| same_name(k, name, cs))
+            })
+            .collect();
+        Cow::Owned(serde_json::to_vec(&Value::Object(key)).unwrap_or_default())
     }
 }
 

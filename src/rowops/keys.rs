@@ -6,9 +6,10 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::SchemaRef;
-use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use iceberg::spec::{NestedField, NestedFieldRef, PrimitiveType, Schema, Type};
 
 use crate::error::{Error, Result};
+use crate::shred::infer::same_name;
 
 /// The identifier columns of a table, in key order.
 #[derive(Debug, Clone)]
@@ -27,7 +28,14 @@ pub struct KeyColumns {
 impl KeyColumns {
     /// The key of a table with `schema`: the `configured` column names, else the schema's
     /// identifier fields; `None` when there are neither.
-    pub fn for_table(schema: &Schema, configured: &[String]) -> Result<Option<KeyColumns>> {
+    ///
+    /// Configured names match columns as message fields do: exactly, or with
+    /// `case_sensitive` false in any case.
+    pub fn for_table(
+        schema: &Schema,
+        configured: &[String],
+        case_sensitive: bool,
+    ) -> Result<Option<KeyColumns>> {
         let top = schema.as_struct().fields();
         let positions: Vec<usize> = if configured.is_empty() {
             let ids: Vec<i32> = schema.identifier_field_ids().collect();
@@ -49,7 +57,7 @@ impl KeyColumns {
             let mut positions = Vec::new();
             let missing: Vec<&str> = configured
                 .iter()
-                .filter(|name| !top.iter().any(|f| &f.name == *name))
+                .filter(|name| column_named(top, name, case_sensitive).is_none())
                 .map(String::as_str)
                 .collect();
             if !missing.is_empty() {
@@ -61,7 +69,7 @@ impl KeyColumns {
                 )));
             }
             for name in configured {
-                let at = top.iter().position(|f| &f.name == name).expect("checked");
+                let at = column_named(top, name, case_sensitive).expect("checked");
                 if positions.contains(&at) {
                     return Err(Error::config(format!(
                         "identifier_fields names {name:?} twice"
@@ -146,16 +154,41 @@ fn check_key_type(name: &str, ty: &Type) -> Result<()> {
     }
 }
 
+/// The position of the top-level column `name` names: the one spelled so, else (with
+/// `case_sensitive` false) the first in any case.
+fn column_named(top: &[NestedFieldRef], name: &str, case_sensitive: bool) -> Option<usize> {
+    top.iter().position(|f| f.name == name).or_else(|| {
+        (!case_sensitive)
+            .then(|| top.iter().position(|f| same_name(&f.name, name, false)))
+            .flatten()
+    })
+}
+
 /// `schema` with the `names` columns as its identifier fields (made required), for a
 /// table floe creates.
-pub fn with_identifier_fields(schema: Schema, names: &[String]) -> Result<Schema> {
+pub fn with_identifier_fields(
+    schema: Schema,
+    names: &[String],
+    case_sensitive: bool,
+) -> Result<Schema> {
     if names.is_empty() {
         return Ok(schema);
     }
+    let top = schema.as_struct().fields();
+    let mut key_positions = Vec::new();
+    for name in names {
+        let Some(at) = column_named(top, name, case_sensitive) else {
+            return Err(Error::config(format!(
+                "identifier_fields: {name:?} is not a top-level column of the new table \
+                 (is it missing from the first messages, or from schema_evolution.schema?)"
+            )));
+        };
+        key_positions.push(at);
+    }
     let mut ids = Vec::new();
     let mut fields = Vec::new();
-    for f in schema.as_struct().fields() {
-        if names.contains(&f.name) {
+    for (at, f) in top.iter().enumerate() {
+        if key_positions.contains(&at) {
             check_key_type(&f.name, &f.field_type)?;
             ids.push(f.id);
             let mut required: NestedField = f.as_ref().clone();
@@ -165,19 +198,52 @@ pub fn with_identifier_fields(schema: Schema, names: &[String]) -> Result<Schema
             fields.push(f.clone());
         }
     }
-    if let Some(missing) = names
-        .iter()
-        .find(|n| !schema.as_struct().fields().iter().any(|f| &&f.name == n))
-    {
-        return Err(Error::config(format!(
-            "identifier_fields: {missing:?} is not a top-level column of the new table \
-             (is it missing from the first messages, or from schema_evolution.schema?)"
-        )));
-    }
     Schema::builder()
         .with_schema_id(schema.schema_id())
         .with_fields(fields)
         .with_identifier_field_ids(ids)
+        .build()
+        .map_err(Error::from)
+}
+
+/// A new table's key columns inferred as `double` (its first messages gave a key as
+/// `1.5`, maybe beside integers) become `long`: keys may not be floating point, and
+/// refusing the table would stall every message behind the one that cannot convert.
+/// Those messages then fail alone. A type the config gave (`hinted`) is kept, and
+/// refused by name.
+pub fn inferred_float_keys_as_long(
+    schema: Schema,
+    names: &[String],
+    case_sensitive: bool,
+    hinted: impl Fn(&str) -> bool,
+) -> Result<Schema> {
+    let top = schema.as_struct().fields();
+    let float_key = |f: &NestedFieldRef| {
+        matches!(
+            f.field_type.as_ref(),
+            Type::Primitive(PrimitiveType::Double)
+        ) && names
+            .iter()
+            .any(|n| column_named(top, n, case_sensitive).is_some_and(|at| top[at].id == f.id))
+            && !hinted(&f.name)
+    };
+    if !top.iter().any(float_key) {
+        return Ok(schema);
+    }
+    let fields: Vec<NestedFieldRef> = top
+        .iter()
+        .map(|f| match float_key(f) {
+            true => {
+                let mut long: NestedField = f.as_ref().clone();
+                long.field_type = Box::new(Type::Primitive(PrimitiveType::Long));
+                Arc::new(long)
+            }
+            false => f.clone(),
+        })
+        .collect();
+    Schema::builder()
+        .with_schema_id(schema.schema_id())
+        .with_fields(fields)
         .build()
         .map_err(Error::from)
 }
@@ -199,30 +265,55 @@ mod tests {
     #[test]
     fn configured_names_are_checked() {
         let s = schema(TABLE);
-        let k = KeyColumns::for_table(&s, &["name".into(), "id".into()])
+        let k = KeyColumns::for_table(&s, &["name".into(), "id".into()], true)
             .unwrap()
             .unwrap();
         assert_eq!(k.field_ids, vec![2, 1]);
-        let e = KeyColumns::for_table(&s, &["nope".into()]).unwrap_err();
+        let e = KeyColumns::for_table(&s, &["nope".into()], true).unwrap_err();
         assert!(e.to_string().contains("nope") && e.to_string().contains("id, name, score"));
-        let e = KeyColumns::for_table(&s, &["score".into()]).unwrap_err();
+        let e = KeyColumns::for_table(&s, &["score".into()], true).unwrap_err();
         assert!(e.to_string().contains("floating point"), "{e}");
-        assert!(KeyColumns::for_table(&s, &[]).unwrap().is_none());
+        assert!(KeyColumns::for_table(&s, &[], true).unwrap().is_none());
+    }
+
+    #[test]
+    fn names_match_in_any_case_only_when_columns_do() {
+        let s = schema(TABLE);
+        let k = KeyColumns::for_table(&s, &["NAME".into()], false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(k.names, vec!["name"]);
+        assert!(KeyColumns::for_table(&s, &["NAME".into()], true).is_err());
+        let created = with_identifier_fields(schema(TABLE), &["Id".into()], false).unwrap();
+        assert_eq!(created.identifier_field_ids().collect::<Vec<_>>(), vec![1]);
+        assert!(with_identifier_fields(schema(TABLE), &["Id".into()], true).is_err());
+    }
+
+    #[test]
+    fn inferred_double_keys_become_long_unless_hinted() {
+        let long_id = |hinted: bool, names: &[String]| {
+            let s = schema(TABLE);
+            let s = inferred_float_keys_as_long(s, names, true, |_| hinted).unwrap();
+            s.field_by_name("score").unwrap().field_type.to_string()
+        };
+        assert_eq!(long_id(false, &["score".into()]), "long");
+        assert_eq!(long_id(true, &["score".into()]), "double");
+        assert_eq!(long_id(false, &["id".into()]), "double");
     }
 
     #[test]
     fn a_created_table_registers_required_identifier_fields() {
-        let s = with_identifier_fields(schema(TABLE), &["id".into()]).unwrap();
+        let s = with_identifier_fields(schema(TABLE), &["id".into()], true).unwrap();
         assert_eq!(s.identifier_field_ids().collect::<Vec<_>>(), vec![1]);
         assert!(s.field_by_id(1).unwrap().required);
-        let k = KeyColumns::for_table(&s, &[]).unwrap().unwrap();
+        let k = KeyColumns::for_table(&s, &[], true).unwrap().unwrap();
         assert_eq!(k.names, vec!["id"]);
     }
 
     #[test]
     fn equal_keys_encode_equally_and_nulls_are_found() {
         let s = schema(TABLE);
-        let k = KeyColumns::for_table(&s, &["id".into(), "name".into()])
+        let k = KeyColumns::for_table(&s, &["id".into(), "name".into()], true)
             .unwrap()
             .unwrap();
         let batch = RecordBatch::try_new(

@@ -177,7 +177,7 @@ mod tests {
             {"id":2,"name":"v","required":false,"type":"string"}]}"#,
         )
         .unwrap();
-        KeyColumns::for_table(&schema, &[]).unwrap().unwrap()
+        KeyColumns::for_table(&schema, &[], true).unwrap().unwrap()
     }
 
     fn data(k: &KeyColumns, rows: &[(i64, &str)]) -> RecordBatch {

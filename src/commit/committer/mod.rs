@@ -56,7 +56,7 @@ use encode::encode_loop;
 pub use ledger::{Claim, Claimed, Ledger, Verdict};
 use schedule::Pace;
 use stage::CommitStage;
-pub use view::TableView;
+pub use view::{TableView, check_merge_on_read_keys};
 
 /// How the committer behaves; from the `commit` section of the config. Not `Debug`:
 /// `storage_props` holds storage secrets.
@@ -75,6 +75,8 @@ pub struct CommitterOptions {
     pub writer_id: Option<String>,
     /// The configured key for upserts and deletes (empty: the table's own).
     pub identifier_fields: Vec<String>,
+    /// Whether `identifier_fields` must match columns' case (`case_sensitive_columns`).
+    pub case_sensitive_columns: bool,
     /// The configured strategy; `None` follows the table (see [`merge_strategy`]).
     pub merge_strategy: Option<MergeStrategy>,
     /// Whether the catalog's readers apply delete files (not Unity Catalog's): without,

@@ -220,6 +220,7 @@ mod tests {
     fn options(linger_ms: u64, max_rows: usize, max_bytes: usize) -> CommitterOptions {
         CommitterOptions {
             identifier_fields: Vec::new(),
+            case_sensitive_columns: true,
             merge_strategy: None,
             reads_delete_files: true,
             max_retries: 0,

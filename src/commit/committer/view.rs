@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use iceberg::io::FileIO;
-use iceberg::spec::{FormatVersion, TableMetadata};
+use iceberg::spec::{FormatVersion, Schema, TableMetadata};
 use tokio::sync::watch;
 
 use super::{CommitterOptions, Ledger};
@@ -49,18 +49,21 @@ impl TableView {
                 Some(e.to_string()),
             ),
         };
-        let keys =
-            KeyColumns::for_table(table.metadata.current_schema(), &options.identifier_fields)
-                .and_then(|keys| match &keys {
-                    Some(k) if strategy == MergeStrategy::MergeOnRead => {
-                        check_merge_on_read(&table.metadata, k).map(|()| keys)
-                    }
-                    Some(_) if strategy == MergeStrategy::MergeOnReadPositional => {
-                        crate::rowops::positional::check_table(&table.metadata).map(|()| keys)
-                    }
-                    Some(_) => Ok(keys),
-                    None => Ok(None),
-                });
+        let keys = KeyColumns::for_table(
+            table.metadata.current_schema(),
+            &options.identifier_fields,
+            options.case_sensitive_columns,
+        )
+        .and_then(|keys| match &keys {
+            Some(k) if strategy == MergeStrategy::MergeOnRead => {
+                check_merge_on_read(&table.metadata, k).map(|()| keys)
+            }
+            Some(_) if strategy == MergeStrategy::MergeOnReadPositional => {
+                crate::rowops::positional::check_table(&table.metadata).map(|()| keys)
+            }
+            Some(_) => Ok(keys),
+            None => Ok(None),
+        });
         // A configured key must work; a key the table brings (set by another tool) only
         // matters once a message upserts or deletes, so inserts go on without it.
         let (keys, key_problem) = match keys {
@@ -176,7 +179,22 @@ pub(super) fn check_merge_on_read(metadata: &TableMetadata, keys: &KeyColumns) -
             "upserts and deletes (merge-on-read) need an Iceberg format v2 table; this one is v1",
         ));
     }
-    let schema = metadata.current_schema();
+    let spec = metadata.default_partition_spec();
+    check_merge_on_read_keys(
+        metadata.current_schema(),
+        spec.fields().iter().map(|f| (f.name.as_str(), f.source_id)),
+        keys,
+    )
+}
+
+/// Merge-on-read's constraints on a key and the `partition` fields (name, source
+/// column id) of a table's spec; also checked before floe creates a table, so that it
+/// never creates one it then refuses.
+pub fn check_merge_on_read_keys<'a>(
+    schema: &Schema,
+    partition: impl IntoIterator<Item = (&'a str, i32)>,
+    keys: &KeyColumns,
+) -> Result<()> {
     if let Some(name) = keys
         .field_ids
         .iter()
@@ -192,17 +210,14 @@ pub(super) fn check_merge_on_read(metadata: &TableMetadata, keys: &KeyColumns) -
              iceberg-rust 0.10.1 both fail), so merge-on-read refuses uuid keys"
         )));
     }
-    let spec = metadata.default_partition_spec();
-    if let Some(field) = spec
-        .fields()
-        .iter()
-        .find(|f| !keys.field_ids.contains(&f.source_id))
+    if let Some((field, _)) = partition
+        .into_iter()
+        .find(|(_, source)| !keys.field_ids.contains(source))
     {
         return Err(Error::config(format!(
-            "the table is partitioned by {:?}, which is not derived from the identifier fields \
-             ({}): merge-on-read deletes are scoped to the key's partition, so every partition \
-             source column must be an identifier field",
-            field.name,
+            "the table is partitioned by {field:?}, which is not derived from the identifier \
+             fields ({}): merge-on-read deletes are scoped to the key's partition, so every \
+             partition source column must be an identifier field",
             keys.names.join(", ")
         )));
     }
