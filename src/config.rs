@@ -890,6 +890,17 @@ impl Config {
     /// Values that parse but cannot work, each named by its field.
     fn invalid_values(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        // Static names are checked here; interpolated ones, per message.
+        if let Some(ns) = &self.namespace
+            && let Err(e) = crate::catalog::parse_namespace(ns)
+        {
+            problems.push(e.message().to_string());
+        }
+        if let Some(table) = &self.table
+            && let Err(e) = crate::catalog::table_ident("ns", table)
+        {
+            problems.push(e.message().to_string());
+        }
         if let Err(e) = self.catalog_kind() {
             problems.push(e.message().to_string());
         }
@@ -1306,6 +1317,18 @@ mod tests {
         assert_eq!(c.catalog.url, None);
         assert_eq!(c.namespace, None);
         assert_eq!(c.warehouse_or_default(), Config::DEFAULT_WAREHOUSE);
+    }
+
+    #[test]
+    fn a_static_name_that_is_no_folder_name_is_a_config_problem() {
+        let problems = Config::problems(r#"{"namespace": "a.b/c", "table": "../t"}"#);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].contains("a/c") || problems[0].contains("b/c"),
+            "{problems:?}"
+        );
+        assert!(problems[1].contains("\"../t\""), "{problems:?}");
+        assert!(Config::problems(r#"{"namespace": "a.b", "table": "t"}"#).is_empty());
     }
 
     #[test]

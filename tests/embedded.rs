@@ -336,6 +336,55 @@ fn a_message_naming_a_missing_table_fails_alone() {
     assert_eq!(out.rows_committed, 5);
 }
 
+/// Table and namespace names from messages become folder names: `../..` wrote a table
+/// outside the warehouse, `x/../y` shared another table's folder, and a name too long
+/// for the file system (or holding a NUL) was retried for ever as not the message's
+/// fault. Each such message fails alone, as its own fault; nothing is written outside.
+#[test]
+fn names_that_are_no_single_folder_fail_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let cfg = config(dir.path(), json!({"schema_evolution": {"schema": null}}));
+    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    let long = "x".repeat(300);
+    let bad_tables = [
+        "../../../escaped",
+        "x/../y",
+        "a\\b",
+        "nul\u{0}name",
+        "..",
+        long.as_str(),
+    ];
+    let mut msgs = vec![Message {
+        table: Some("good"),
+        ..Message::insert(br#"{"id": 1}"#)
+    }];
+    for t in &bad_tables {
+        msgs.push(Message {
+            table: Some(t),
+            ..Message::insert(br#"{"id": 2}"#)
+        });
+    }
+    msgs.push(Message {
+        namespace: Some("demo.a/b"),
+        ..Message::insert(br#"{"id": 3}"#)
+    });
+    let out = rt.block_on(writer.write_batch(&msgs)).expect("write call");
+    assert!(out.failures[0].is_none(), "{:?}", out.failures);
+    for (i, e) in out.failures.iter().enumerate().skip(1) {
+        let e = e
+            .as_ref()
+            .unwrap_or_else(|| panic!("message {i} is refused"));
+        assert_eq!(e.kind(), floe::ErrorKind::Data, "{e}");
+    }
+    assert_eq!(out.rows_committed, 1);
+    let outside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(outside, ["wh"], "only the warehouse folder");
+}
+
 /// Regression (reliability issue, item 6): a `source` that forgot the partition makes
 /// partition 1's offset 5 look like partition 0's offset 5, and the second message was
 /// dropped silently. A repeated position with a different payload fails that message.

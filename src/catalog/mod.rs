@@ -149,6 +149,9 @@ pub fn parse_namespace(text: &str) -> Result<NamespaceIdent> {
             "namespace {text:?} must be dot-separated non-empty levels"
         )));
     }
+    for level in &levels {
+        check_folder_name("namespace level", level)?;
+    }
     NamespaceIdent::from_vec(levels).map_err(crate::Error::from)
 }
 
@@ -156,8 +159,58 @@ pub fn table_ident(namespace: &str, table: &str) -> Result<TableIdent> {
     if table.is_empty() {
         return Err(crate::Error::config("table name is empty"));
     }
+    check_folder_name("table name", table)?;
     Ok(TableIdent::new(
         parse_namespace(namespace)?,
         table.to_string(),
     ))
+}
+
+/// The longest name most file systems (and object-store key segments floe writes) take.
+const MAX_NAME_BYTES: usize = 255;
+
+/// Namespace levels and table names become folders of table locations (the embedded
+/// catalog's, and many REST catalogs' defaults), and interpolated ones come from
+/// messages: a name must be one folder name, so that no message writes outside the
+/// warehouse (`..`, `a/../b`) or names a table no storage can hold.
+fn check_folder_name(what: &str, name: &str) -> Result<()> {
+    let problem = if name == "." || name == ".." {
+        Some("is not a folder name")
+    } else if name.contains(['/', '\\']) {
+        Some("holds a path separator")
+    } else if name.chars().any(char::is_control) {
+        Some("holds a control character")
+    } else if name.len() > MAX_NAME_BYTES {
+        Some("is longer than 255 bytes")
+    } else {
+        None
+    };
+    match problem {
+        None => Ok(()),
+        Some(why) => {
+            let shown: String = name.chars().take(64).collect();
+            Err(crate::Error::config(format!("{what} {shown:?} {why}")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_must_be_single_folder_names() {
+        assert!(table_ident("a.b", "events-2026_v1 ü").is_ok());
+        for bad in ["..", ".", "a/b", "a\\b", "x\u{0}", "t\n", &"x".repeat(256)] {
+            let e = table_ident("ns", bad).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Config, "{bad:?}: {e}");
+        }
+        assert!(table_ident("ns", &"x".repeat(255)).is_ok());
+        assert!(parse_namespace("a.b/c").is_err());
+        assert!(parse_namespace("a..b").is_err());
+        let e = table_ident("ns", &"y".repeat(1000))
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 200, "the name is shown cut short: {e}");
+    }
 }
