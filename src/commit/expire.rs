@@ -58,18 +58,32 @@ pub fn expired_snapshots(metadata: &TableMetadata, retention: Retention, now_ms:
     let table_min: Option<usize> = property(metadata, MIN_SNAPSHOTS_TO_KEEP);
     let floe_age = retention.max_age.as_millis() as i64;
     let oldest_allowed = now_ms.saturating_sub(table_age.unwrap_or(floe_age));
-    // Cheap exit for the common case: nothing old enough and no count cap to apply.
-    let cap_applies = table_age.is_none() && metadata.snapshots().len() > retention.max_snapshots;
-    let any_old = metadata
-        .snapshots()
-        .any(|s| s.timestamp_ms() < oldest_allowed);
-    if !any_old && !cap_applies {
-        return Vec::new();
-    }
     // Refs that cannot be read: expire nothing rather than a ref's head.
     let Some(refs) = table_refs(metadata) else {
         return Vec::new();
     };
+    // Cheap exit for the common case: nothing old enough for any branch's age (its own
+    // may be shorter than the table's) and no count cap to apply.
+    let shortest_branch_age = refs
+        .values()
+        .filter_map(|r| match &r.retention {
+            SnapshotRetention::Branch {
+                max_snapshot_age_ms,
+                ..
+            } => *max_snapshot_age_ms,
+            SnapshotRetention::Tag { .. } => None,
+        })
+        .min();
+    let youngest_expirable = shortest_branch_age.map_or(oldest_allowed, |age| {
+        oldest_allowed.max(now_ms.saturating_sub(age))
+    });
+    let cap_applies = table_age.is_none() && metadata.snapshots().len() > retention.max_snapshots;
+    let any_old = metadata
+        .snapshots()
+        .any(|s| s.timestamp_ms() < youngest_expirable);
+    if !any_old && !cap_applies {
+        return Vec::new();
+    }
     let mut keep: HashSet<i64> = HashSet::new();
     let mut reached: HashSet<i64> = HashSet::new();
     for reference in refs.values() {
@@ -385,5 +399,25 @@ mod tests {
         assert_eq!(expired_snapshots(&plain, floe(3600, 1), now), vec![1]);
         // ... but not when the table sets an age: it keeps what the age says.
         assert!(expired_snapshots(&week, floe(3600, 1), now).is_empty());
+    }
+
+    /// A branch's own age shorter than the table's and floe's applies too: the cheap
+    /// exit looked at those two alone and kept everything.
+    #[test]
+    fn a_branchs_own_shorter_age_expires_its_ancestors() {
+        let now = 1_700_000_002_000 + 10_000; // snapshot 1 is 11 s old
+        let main_1s = table("{}", r#", "max-snapshot-age-ms": 1000"#);
+        assert_eq!(expired_snapshots(&main_1s, floe(3600, 500), now), vec![1]);
+        let under_a_week = table(
+            r#"{"history.expire.max-snapshot-age-ms": "604800000"}"#,
+            r#", "max-snapshot-age-ms": 1000"#,
+        );
+        assert_eq!(
+            expired_snapshots(&under_a_week, floe(3600, 500), now),
+            vec![1]
+        );
+        // Younger than the branch's age: kept.
+        let main_a_minute = table("{}", r#", "max-snapshot-age-ms": 60000"#);
+        assert!(expired_snapshots(&main_a_minute, floe(3600, 500), now).is_empty());
     }
 }
