@@ -890,6 +890,37 @@ impl Config {
     /// Values that parse but cannot work, each named by its field.
     fn invalid_values(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        // Storage speaks with keys, never with a URL's user: a password there would
+        // reach logs in the storage client's error texts.
+        let storage = &self.storage;
+        let endpoints = [
+            (
+                "aws_s3",
+                storage.aws_s3.as_ref().and_then(|c| c.endpoint.as_ref()),
+            ),
+            (
+                "gcp_cloud_storage",
+                storage
+                    .gcp_cloud_storage
+                    .as_ref()
+                    .and_then(|c| c.endpoint.as_ref()),
+            ),
+            (
+                "azure_blob_storage",
+                storage
+                    .azure_blob_storage
+                    .as_ref()
+                    .and_then(|c| c.endpoint.as_ref()),
+            ),
+        ];
+        for (section, endpoint) in endpoints {
+            if endpoint.is_some_and(|e| redact_user_info(e) != *e) {
+                problems.push(format!(
+                    "storage.{section}.endpoint must not hold a user name or password; \
+                     give credentials in storage.{section}'s own fields"
+                ));
+            }
+        }
         // Static names are checked here; interpolated ones, per message.
         if let Some(ns) = &self.namespace
             && let Err(e) = crate::catalog::parse_namespace(ns)
@@ -1043,6 +1074,16 @@ impl Config {
             None => Ok(CatalogKind::Embedded {
                 database: PathBuf::from(self.warehouse_or_default()).join("catalog.db"),
             }),
+            Some(url)
+                if (url.starts_with("http://") || url.starts_with("https://"))
+                    && url.contains(['?', '#']) =>
+            {
+                // Not quoted: a query often holds a token.
+                Err(Error::config(
+                    "catalog.url must not have a query string or fragment: floe appends the \
+                     API's paths to it; give a token as catalog.auth.bearer or in catalog.headers",
+                ))
+            }
             Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
                 Ok(CatalogKind::Rest {
                     url: url.trim_end_matches('/').to_string(),
@@ -1317,6 +1358,27 @@ mod tests {
         assert_eq!(c.catalog.url, None);
         assert_eq!(c.namespace, None);
         assert_eq!(c.warehouse_or_default(), Config::DEFAULT_WAREHOUSE);
+    }
+
+    #[test]
+    fn urls_holding_secrets_where_floe_cannot_keep_them_out_of_logs_are_refused() {
+        let problems = Config::problems(
+            r#"{"catalog": {"url": "http://127.0.0.1:9/api?token=QUERYTOKEN55"}}"#,
+        );
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("query string") && !problems[0].contains("QUERYTOKEN55"));
+        let problems = Config::problems(
+            r#"{"storage": {"aws_s3": {"bucket": "b", "endpoint": "http://u:PASSWORD99@127.0.0.1:9"}},
+                "catalog": {"url": "http://127.0.0.1:9", "warehouse": "s3://b/wh"}}"#,
+        );
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("storage.aws_s3.endpoint") && !problems[0].contains("PASSWORD99")
+        );
+        assert!(
+            Config::problems(r#"{"storage": {"aws_s3": {"bucket": "b", "endpoint": "http://127.0.0.1:9"}}, "catalog": {"url": "http://127.0.0.1:9", "warehouse": "s3://b/wh"}}"#)
+                .is_empty()
+        );
     }
 
     #[test]
