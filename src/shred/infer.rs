@@ -294,9 +294,15 @@ pub fn infer_schema<'m>(
     hints: &TypeHints,
 ) -> Result<Schema, String> {
     let mut merged: Option<Shape> = None;
+    let mut first_unreadable: Option<String> = None;
     for bytes in messages {
-        let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(bytes) else {
-            continue;
+        let v = match serde_json::from_slice::<Value>(bytes) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => continue,
+            Err(e) => {
+                first_unreadable.get_or_insert_with(|| e.to_string());
+                continue;
+            }
         };
         let shape = Shape::of(&v, case_sensitive);
         match &mut merged {
@@ -305,7 +311,11 @@ pub fn infer_schema<'m>(
         }
     }
     let Some(Shape::Struct(fields)) = merged else {
-        return Err("no message of the batch is a JSON object to infer a schema from".into());
+        let why =
+            first_unreadable.map_or(String::new(), |e| format!(" (the first unreadable: {e})"));
+        return Err(format!(
+            "no message of the batch is a JSON object to infer a schema from{why}"
+        ));
     };
     let fields = typed_fields(&fields, "", hints, &mut 1);
     if fields.is_empty() {
@@ -320,6 +330,15 @@ pub fn infer_schema<'m>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nothing_to_infer_from_says_why() {
+        let deep = "{\"x\":".repeat(200) + "1" + &"}".repeat(200);
+        let e = infer_schema([deep.as_bytes()], true, &TypeHints::default()).unwrap_err();
+        assert!(e.contains("recursion limit"), "{e}");
+        let e = infer_schema([b"[1]".as_slice()], true, &TypeHints::default()).unwrap_err();
+        assert!(!e.contains("unreadable"), "{e}");
+    }
 
     fn infer(msgs: &[&str]) -> Schema {
         infer_schema(

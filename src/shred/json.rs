@@ -12,8 +12,11 @@
 
 use std::fmt;
 
-/// Nesting deeper than this is refused, so hostile input cannot exhaust the stack.
-pub const MAX_DEPTH: usize = 512;
+/// Nesting deeper than this is refused, so hostile input cannot exhaust the stack. It
+/// is serde_json's limit, which schema evolution and table creation read messages
+/// with: a message one of them could not read would fail with a misleading reason
+/// (an unknown column, no object to infer from) instead of this one.
+pub const MAX_DEPTH: usize = 127;
 
 /// Why a message could not be read, with the byte offset where reading stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -395,7 +398,7 @@ impl<'a> Reader<'a> {
     fn enter(&mut self) -> Result<(), SyntaxError> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
-            Err(self.error("nesting deeper than 512 levels"))
+            Err(self.error("nesting deeper than 127 levels"))
         } else {
             Ok(())
         }
@@ -677,6 +680,21 @@ mod tests {
         let text = "[".repeat(10_000) + &"]".repeat(10_000);
         let err = Reader::new(&text).skip_value().unwrap_err();
         assert!(err.reason.contains("nesting"), "{err}");
+    }
+
+    #[test]
+    fn the_depth_limit_is_serde_jsons() {
+        let nested = |n: usize| "[".repeat(n) + &"]".repeat(n);
+        for n in [MAX_DEPTH, MAX_DEPTH + 1] {
+            let ours = Reader::new(&nested(n)).skip_value().is_ok();
+            let serde = serde_json::from_str::<serde_json::Value>(&nested(n)).is_ok();
+            assert_eq!(ours, serde, "depth {n}");
+            assert_eq!(ours, n == MAX_DEPTH, "depth {n}");
+        }
+        let err = Reader::new(&nested(MAX_DEPTH + 1))
+            .skip_value()
+            .unwrap_err();
+        assert!(err.reason.contains(&MAX_DEPTH.to_string()), "{err}");
     }
 
     #[test]
