@@ -89,6 +89,16 @@ pub fn check_syntax(text: &str) -> Result<()> {
         .try_for_each(|term| parse_term(term).map(|_| ()))
 }
 
+/// The columns `text`'s terms partition by (none when it does not parse): a table
+/// floe creates needs them, also when its first messages are deletes.
+pub fn source_columns(text: &str) -> Vec<String> {
+    split_top_level(strip_parens(text))
+        .into_iter()
+        .filter_map(|term| parse_term(term).ok())
+        .map(|(_, column, _)| column)
+        .collect()
+}
+
 /// The spec's terms without the optional surrounding parentheses.
 fn strip_parens(text: &str) -> &str {
     let inner = text.trim();

@@ -32,7 +32,7 @@ use crate::commit::offsets::SourceOffsets;
 use crate::config::{CatalogKind, Config, MergeStrategy, UnknownFieldPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::evolve;
-use crate::partition_spec::{check_table_spec, parse_spec};
+use crate::partition_spec::{check_table_spec, parse_spec, source_columns};
 use crate::shred::infer::{TypeHints, same_name};
 use crate::shred::{DecodeOptions, MessageError, Shredder, UnknownFields};
 use crate::stats::StatsSnapshot;
@@ -778,9 +778,11 @@ impl Writer {
                 let mut hints = TypeHints::default();
                 let payloads: Vec<Cow<'_, [u8]>> = sample
                     .map(|m| {
-                        if row_op(m) != RowOp::Delete {
-                            hints.merge(self.message_hints(m));
-                        }
+                        let own = self.message_hints(m);
+                        hints.merge(match row_op(m) {
+                            RowOp::Delete => own.only(|path| self.shapes_the_table(path)),
+                            _ => own,
+                        });
                         self.shaping_payload(m)
                     })
                     .collect();
@@ -790,12 +792,10 @@ impl Writer {
                     &hints,
                 )
                 .map_err(|e| Error::new(ErrorKind::Data, format!("cannot create {ident}: {e}")))?;
-                inferred_float_keys_as_long(
-                    inferred,
-                    &self.config.identifier_fields,
-                    self.config.case_sensitive_columns,
-                    |name| hints.get(name).is_some(),
-                )?
+                let cs = self.config.case_sensitive_columns;
+                inferred_float_keys_as_long(inferred, &self.config.identifier_fields, cs, |name| {
+                    hints.get(name).is_none() && some_value_is_whole(&payloads, name, cs)
+                })?
             }
         };
         if let Some(name) = crate::shred::infer::nanosecond_field(&schema) {
@@ -869,7 +869,8 @@ impl Writer {
 
 impl Writer {
     /// What of a message may shape a table floe creates: a delete's fields other than
-    /// its key are ignored when it is written, so they must not become columns either.
+    /// its key are ignored when it is written, so they must not become columns either
+    /// (those `partition_spec` names excepted: the table cannot be made without them).
     fn shaping_payload<'m>(&self, m: &Message<'m>) -> Cow<'m, [u8]> {
         match RowOp::parse(m.operation) {
             Ok(RowOp::Delete) => {}
@@ -879,16 +880,39 @@ impl Writer {
         let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(m.payload) else {
             return Cow::Borrowed(m.payload); // not an object: inference skips it
         };
-        let cs = self.config.case_sensitive_columns;
         let key: serde_json::Map<String, Value> = fields
             .into_iter()
-            .filter(|(name, _)| {
-                let names = &self.config.identifier_fields;
-                names.iter().any(|k| same_name(k, name, cs))
-            })
+            .filter(|(name, _)| self.shapes_the_table(name))
             .collect();
         Cow::Owned(serde_json::to_vec(&Value::Object(key)).unwrap_or_default())
     }
+
+    /// Whether a delete's top-level field `name` may shape a table floe creates: a key
+    /// column, or a column `partition_spec` partitions by (the table needs it).
+    fn shapes_the_table(&self, name: &str) -> bool {
+        let cs = self.config.case_sensitive_columns;
+        let partition = self.config.schema_evolution.partition_spec.as_deref();
+        let partition_sources = partition.map(source_columns).unwrap_or_default();
+        self.config
+            .identifier_fields
+            .iter()
+            .chain(&partition_sources)
+            .any(|k| same_name(k, name, cs))
+    }
+}
+
+/// Whether some message gives top-level field `name` a whole number (`1`, `2.0`).
+fn some_value_is_whole(payloads: &[Cow<'_, [u8]>], name: &str, case_sensitive: bool) -> bool {
+    payloads.iter().any(|p| {
+        let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(p) else {
+            return false;
+        };
+        fields.iter().any(|(field, v)| {
+            same_name(field, name, case_sensitive)
+                && v.is_number()
+                && crate::shred::convert::parse_i64(&v.to_string()).is_ok()
+        })
+    })
 }
 
 /// On a catalog that refuses identifier-field ids (Unity), the key of a static schema

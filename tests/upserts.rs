@@ -557,6 +557,20 @@ fn a_fractional_key_in_a_created_tables_first_batch_fails_alone() {
         rows,
         [json!({"id": 1, "v": "a"}), json!({"id": 2, "v": "b"})]
     );
+    // Keys that are all fractions make no long table (it would refuse them for good):
+    // a config error names the key, and no table is made.
+    let dir2 = tempfile::tempdir().unwrap();
+    let (fractions, _) = creating_writer(&rt, dir2.path(), json!({}));
+    let e = rt
+        .block_on(fractions.write_batch(&[with_op("upsert", r#"{"id":1.5}"#)]))
+        .unwrap_err();
+    assert!(e.to_string().contains("floating point"), "{e}");
+    let ident = table_ident("up", "t").unwrap();
+    assert!(
+        rt.block_on(fractions.catalog().load_table(&ident))
+            .unwrap()
+            .is_none()
+    );
 }
 
 /// With `case_sensitive_columns: false`, `identifier_fields` names its columns in any
@@ -591,6 +605,101 @@ fn identifier_fields_match_columns_in_any_case_when_columns_do() {
     assert_eq!(
         scan_columns(&rt, &writer, &config, &["ID", "v"]),
         [json!({"ID": 1, "v": "c"})]
+    );
+}
+
+/// A delete-only first batch still creates what the table needs of it: its key's
+/// explicit type (a `timestamptz` key stayed a string, so two spellings of one instant
+/// were two keys) and the columns `partition_spec` names (the table could not be made,
+/// and the batch was retried for ever).
+#[test]
+fn a_delete_only_first_batch_keeps_its_keys_type_and_partition_columns() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (writer, config) = creating_writer(
+        &rt,
+        dir.path(),
+        json!({"identifier_fields": ["k"], "merge_strategy": "copy-on-write",
+               "schema_evolution": {"partition_spec": "(region)"}}),
+    );
+    let delete = Message {
+        types: Some(br#"{"k": "timestamptz", "v": "long"}"#),
+        ..with_op(
+            "delete",
+            r#"{"k":"2024-01-01T00:00:00Z","region":"eu","v":"x"}"#,
+        )
+    };
+    let out = rt.block_on(writer.write_batch(&[delete])).unwrap();
+    assert!(out.failures[0].is_none(), "{:?}", out.failures);
+    assert_eq!(
+        column_types(&rt, &writer),
+        [
+            ("k".into(), "timestamptz".into()),
+            ("region".into(), "string".into())
+        ]
+    );
+    call(
+        &rt,
+        &writer,
+        &[(
+            "upsert",
+            r#"{"k":"2024-01-01T00:00:00+00:00","region":"eu","v":"a"}"#,
+        )],
+    );
+    call(
+        &rt,
+        &writer,
+        &[(
+            "delete",
+            r#"{"k":"2024-01-01T01:00:00+01:00","region":"eu"}"#,
+        )],
+    );
+    assert!(scan_columns(&rt, &writer, &config, &["k"]).is_empty());
+}
+
+/// With `case_sensitive_columns: false`, a configured key named in another case than its
+/// column (of a table that registers no identifier fields) is kept required by schema
+/// evolution, as in its own case (it was made optional, and a row without a key
+/// written).
+#[test]
+fn evolution_keeps_a_key_named_in_another_case_required() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "id", "required": true, "type": "long"},
+        {"id": 2, "name": "v", "required": false, "type": "string"}]});
+    // Made by another tool: a required `id`, and no identifier fields.
+    let (other_tool, _) = creating_writer(
+        &rt,
+        dir.path(),
+        json!({"identifier_fields": [], "schema_evolution": {"schema": schema}}),
+    );
+    call(&rt, &other_tool, &[("insert", r#"{"id":1,"v":"a"}"#)]);
+    drop(other_tool);
+    let (writer, _) = creating_writer(
+        &rt,
+        dir.path(),
+        json!({"identifier_fields": ["ID"], "case_sensitive_columns": false}),
+    );
+    let out = rt
+        .block_on(writer.write_batch(&[Message::insert(br#"{"v":"no key"}"#)]))
+        .unwrap();
+    let e = out.failures[0]
+        .as_ref()
+        .expect("a row without its key fails");
+    assert_eq!(e.kind(), floe::ErrorKind::Data, "{e}");
+    assert!(column_types(&rt, &writer).len() == 2);
+    let ident = table_ident("up", "t").unwrap();
+    let t = rt
+        .block_on(writer.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    assert!(
+        t.metadata
+            .current_schema()
+            .field_by_name("id")
+            .unwrap()
+            .required
     );
 }
 

@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use crate::catalog::{Catalog, LoadedTable};
 use crate::error::{Error, ErrorKind, Result};
+use crate::rowops::keys::column_named;
 use crate::shred::infer::TypeHints;
 pub use plan::{Evolution, plan};
 
@@ -130,10 +131,12 @@ pub fn plan_for(
         .max()
         .unwrap_or(0)
         + 1;
+    // Named as KeyColumns names them (any case with case_sensitive_columns: false).
+    let top = schema.as_struct().fields();
     let key_ids: Vec<i32> = matching
         .key
         .iter()
-        .filter_map(|name| schema.field_by_name(name).map(|f| f.id))
+        .filter_map(|name| column_named(top, name, matching.case_sensitive).map(|at| top[at].id))
         .collect();
     let evolution = plan(
         schema,

@@ -60,6 +60,12 @@ impl KeyColumns {
                 .filter(|name| column_named(top, name, case_sensitive).is_none())
                 .map(String::as_str)
                 .collect();
+            if let Some(twins) = configured
+                .iter()
+                .find_map(|name| case_twins(top, name, case_sensitive))
+            {
+                return Err(Error::config(twins));
+            }
             if !missing.is_empty() {
                 let columns: Vec<&str> = top.iter().map(|f| f.name.as_str()).collect();
                 return Err(Error::config(format!(
@@ -154,13 +160,37 @@ fn check_key_type(name: &str, ty: &Type) -> Result<()> {
     }
 }
 
-/// The position of the top-level column `name` names: the one spelled so, else (with
-/// `case_sensitive` false) the first in any case.
-fn column_named(top: &[NestedFieldRef], name: &str, case_sensitive: bool) -> Option<usize> {
-    top.iter().position(|f| f.name == name).or_else(|| {
-        (!case_sensitive)
-            .then(|| top.iter().position(|f| same_name(&f.name, name, false)))
-            .flatten()
+/// The position of the top-level column `name` names: the one spelled so, or (with
+/// `case_sensitive` false) the one in any case. `None` when there is none, or when
+/// several differ only in case: messages' fields could then land in another twin than
+/// the key, and a delete would match the wrong rows.
+pub fn column_named(top: &[NestedFieldRef], name: &str, case_sensitive: bool) -> Option<usize> {
+    if case_sensitive {
+        return top.iter().position(|f| f.name == name);
+    }
+    let mut twins = top
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| same_name(&f.name, name, false));
+    match (twins.next(), twins.next()) {
+        (Some((at, _)), None) => Some(at),
+        _ => None,
+    }
+}
+
+/// The columns differing only in case that make `name` ambiguous, for an error.
+fn case_twins(top: &[NestedFieldRef], name: &str, case_sensitive: bool) -> Option<String> {
+    let twins: Vec<&str> = top
+        .iter()
+        .filter(|f| !case_sensitive && same_name(&f.name, name, false))
+        .map(|f| f.name.as_str())
+        .collect();
+    (twins.len() > 1).then(|| {
+        format!(
+            "identifier_fields: {name:?} names columns {} alike (case_sensitive_columns is \
+             false); set case_sensitive_columns: true",
+            twins.join(", ")
+        )
     })
 }
 
@@ -177,6 +207,9 @@ pub fn with_identifier_fields(
     let top = schema.as_struct().fields();
     let mut key_positions = Vec::new();
     for name in names {
+        if let Some(twins) = case_twins(top, name, case_sensitive) {
+            return Err(Error::config(twins));
+        }
         let Some(at) = column_named(top, name, case_sensitive) else {
             return Err(Error::config(format!(
                 "identifier_fields: {name:?} is not a top-level column of the new table \
@@ -206,16 +239,17 @@ pub fn with_identifier_fields(
         .map_err(Error::from)
 }
 
-/// A new table's key columns inferred as `double` (its first messages gave a key as
-/// `1.5`, maybe beside integers) become `long`: keys may not be floating point, and
+/// A new table's key columns inferred as `double` because its first messages gave a
+/// key as `1.5` beside whole numbers become `long`: keys may not be floating point, and
 /// refusing the table would stall every message behind the one that cannot convert.
-/// Those messages then fail alone. A type the config gave (`hinted`) is kept, and
-/// refused by name.
+/// Those messages then fail alone. Only columns `to_long` accepts change: not one whose
+/// type the config gave (refused by name), nor one whose keys are all fractions (a
+/// long table would refuse every message for good; refused, a type hint can fix it).
 pub fn inferred_float_keys_as_long(
     schema: Schema,
     names: &[String],
     case_sensitive: bool,
-    hinted: impl Fn(&str) -> bool,
+    to_long: impl Fn(&str) -> bool,
 ) -> Result<Schema> {
     let top = schema.as_struct().fields();
     let float_key = |f: &NestedFieldRef| {
@@ -225,7 +259,7 @@ pub fn inferred_float_keys_as_long(
         ) && names
             .iter()
             .any(|n| column_named(top, n, case_sensitive).is_some_and(|at| top[at].id == f.id))
-            && !hinted(&f.name)
+            && to_long(&f.name)
     };
     if !top.iter().any(float_key) {
         return Ok(schema);
@@ -287,13 +321,30 @@ mod tests {
         let created = with_identifier_fields(schema(TABLE), &["Id".into()], false).unwrap();
         assert_eq!(created.identifier_field_ids().collect::<Vec<_>>(), vec![1]);
         assert!(with_identifier_fields(schema(TABLE), &["Id".into()], true).is_err());
+        // Columns alike but for case: no key may be taken from them without case.
+        let twins = schema(
+            r#"{"type":"struct","schema-id":0,"fields":[
+            {"id":1,"name":"ID","required":false,"type":"long"},
+            {"id":2,"name":"Id","required":false,"type":"long"}]}"#,
+        );
+        for name in ["id", "ID"] {
+            let e = KeyColumns::for_table(&twins, &[name.into()], false).unwrap_err();
+            assert!(e.to_string().contains("ID, Id"), "{e}");
+        }
+        assert_eq!(
+            KeyColumns::for_table(&twins, &["ID".into()], true)
+                .unwrap()
+                .unwrap()
+                .field_ids,
+            vec![1]
+        );
     }
 
     #[test]
-    fn inferred_double_keys_become_long_unless_hinted() {
+    fn inferred_double_keys_become_long_only_where_asked() {
         let long_id = |hinted: bool, names: &[String]| {
             let s = schema(TABLE);
-            let s = inferred_float_keys_as_long(s, names, true, |_| hinted).unwrap();
+            let s = inferred_float_keys_as_long(s, names, true, |_| !hinted).unwrap();
             s.field_by_name("score").unwrap().field_type.to_string()
         };
         assert_eq!(long_id(false, &["score".into()]), "long");

@@ -88,6 +88,14 @@ impl TypeHints {
     pub fn is_empty(&self) -> bool {
         self.types.is_empty()
     }
+
+    /// The hints for the paths `keep` accepts.
+    pub fn only(self, keep: impl Fn(&str) -> bool) -> TypeHints {
+        TypeHints {
+            types: self.types.into_iter().filter(|(p, _)| keep(p)).collect(),
+            folded: self.folded,
+        }
+    }
 }
 
 /// A field of `schema` with a nanosecond timestamp type, which only v3 tables hold.
