@@ -129,10 +129,26 @@ func checkedConfig(conf *service.ParsedConfig) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if problems := floe.CheckConfig(cfg); len(problems) > 0 {
+	if problems := append(namingProblems(fields), floe.CheckConfig(cfg)...); len(problems) > 0 {
 		return nil, errors.New(strings.Join(problems, "; "))
 	}
 	return cfg, nil
+}
+
+// namingProblems: the host names every message's table from `namespace` and `table`,
+// so each must be given and, when static, not empty (an unset `${VAR:}` leaves it
+// empty, and every message would then fail).
+func namingProblems(section map[string]any) []string {
+	var problems []string
+	for _, key := range []string{fNamespace, fTable} {
+		text, _ := section[key].(string)
+		if is, err := service.NewInterpolatedString(text); err == nil {
+			if value, static := is.Static(); static && strings.TrimSpace(value) == "" {
+				problems = append(problems, fmt.Sprintf("%s is empty: give it (an unset environment variable leaves it empty) or interpolate it per message", key))
+			}
+		}
+	}
+	return problems
 }
 
 // configProblems is what libfloe says about a section, [] when nothing.
@@ -141,7 +157,7 @@ func configProblems(section map[string]any, maxInFlight int) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	return floe.CheckConfig(cfg)
+	return append(namingProblems(section), floe.CheckConfig(cfg)...)
 }
 
 // libfloeConfig is the section without the host's fields, as JSON. A namespace or table

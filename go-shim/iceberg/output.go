@@ -49,6 +49,7 @@ func ConfigSpec() *service.ConfigSpec {
 			service.NewObjectField(fCatalog,
 				service.NewStringField("url").Optional().Description("REST catalog URL (http/https), or `sqlite:<path>` for the embedded catalog. Unset or empty: embedded catalog in the warehouse folder."),
 				service.NewStringField("warehouse").Optional().Description("REST: warehouse name. Embedded: folder or s3:// URL holding the tables (default `./warehouse`)."),
+				service.NewStringField("name").Optional().Description("Embedded catalog only: the catalog name its SQLite tables record (default `floe`), as a JDBC catalog's name; readers opening the database use it."),
 				service.NewObjectField("auth",
 					service.NewObjectField("oauth2",
 						service.NewStringField("server_uri").Optional().Description(defaultNote("Token endpoint; a relative path is resolved against `catalog.url`.", "catalog.auth.oauth2.server_uri")),
@@ -185,8 +186,10 @@ type output struct {
 	// Explicit column types per message; empty / nil when not configured.
 	typesMeta   string
 	requireMeta bool
-	typeMapping *bloblang.Executor
-	log         *service.Logger
+	// case_sensitive_columns: type paths match in any case when false.
+	caseSensitive bool
+	typeMapping   *bloblang.Executor
+	log           *service.Logger
 
 	rowsInserted   *service.MetricCounter
 	rowsFailed     *service.MetricCounter
@@ -242,13 +245,22 @@ func forwardLibfloeLogs(log *service.Logger) {
 // partialBatchFlush is the period floe adds to a count-only batch policy.
 const partialBatchFlush = "1s"
 
-// guardBatchPolicy gives a count-only batch policy a period. Without one, messages the
-// input re-delivers after a failed write (fewer than a full batch) wait for a batch that
-// never fills: the pipeline hangs with rows stranded. Said once in the log.
+// guardBatchPolicy gives a batch policy that only a size ends (count or byte_size) a
+// period. Without one, messages the input re-delivers after a failed write (fewer than
+// a full batch) wait for a batch that never fills: the pipeline hangs with rows
+// stranded, and they are lost at shutdown. A period of zero or less never fires, so it
+// counts as none. Said once in the log.
 func guardBatchPolicy(p service.BatchPolicy, log *service.Logger) service.BatchPolicy {
-	if p.Count > 1 && p.Period == "" && p.Check == "" {
+	if p.Check != "" {
+		return p
+	}
+	if d, err := time.ParseDuration(p.Period); err == nil && d <= 0 {
+		log.Warnf("iceberg output: batching.period %s never flushes a batch; treated as unset", p.Period)
+		p.Period = ""
+	}
+	if (p.Count > 1 || p.ByteSize > 0) && p.Period == "" {
 		p.Period = partialBatchFlush
-		log.Warnf("iceberg output: batching.count %d has no batching.period; partial batches (e.g. re-delivered messages) are flushed after %s so none is stranded. Set batching.period to choose.", p.Count, partialBatchFlush)
+		log.Warnf("iceberg output: batching (count %d, byte_size %d) has no batching.period; partial batches (e.g. re-delivered messages) are flushed after %s so none is stranded. Set batching.period to choose.", p.Count, p.ByteSize, partialBatchFlush)
 	}
 	return p
 }
@@ -346,11 +358,16 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	}
 	typesMeta, _ := conf.FieldString(fEvolution, "schema_metadata")
 	requireMeta, _ := conf.FieldBool(fEvolution, "require_schema_metadata")
+	caseSensitive := true
+	if conf.Contains(fCaseSensitive) {
+		caseSensitive, _ = conf.FieldBool(fCaseSensitive)
+	}
 	forwardLibfloeLogs(mgr.Logger())
 	m := mgr.Metrics()
 	return &output{
 		typesMeta:      typesMeta,
 		requireMeta:    requireMeta,
+		caseSensitive:  caseSensitive,
 		typeMapping:    typeMapping,
 		configJSON:     cfg,
 		namespace:      ns,
@@ -494,7 +511,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	ns, tbl := o.tableNames(batch, failures)
 	sources, offsets := o.positions(batch, failures)
 	ops := o.operations(batch, failures)
-	full := floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Operations: ops, Sources: sources, Offsets: offsets, Types: o.types(batch)}
+	full := floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Operations: ops, Sources: sources, Offsets: offsets, Types: o.types(batch, failures)}
 	// Only the messages that are fit to write reach libfloe (usually all of them).
 	fit := fitMessages(failures)
 	if fit == nil {
@@ -567,10 +584,11 @@ func (o *output) write(ctx context.Context, w *floe.Writer, b floe.Batch) ([]err
 }
 
 // types gives each message's explicit column types (see `schema_metadata` and
-// `new_column_type_mapping`), or nil when neither is configured. A mapping that fails,
-// or a result that is not an object, is handed on as types libfloe refuses, so that
-// message alone fails, saying why.
-func (o *output) types(batch service.MessageBatch) [][]byte {
+// `new_column_type_mapping`), or nil when neither is configured. A message whose types
+// cannot be had (required metadata missing, a mapping that fails or gives no object)
+// fails alone, saying why, in failures. The mapping's paths win over the metadata's,
+// matched as columns are (any case with case_sensitive_columns: false).
+func (o *output) types(batch service.MessageBatch, failures []error) [][]byte {
 	if o.typesMeta == "" && o.typeMapping == nil {
 		return nil
 	}
@@ -581,7 +599,7 @@ func (o *output) types(batch service.MessageBatch) [][]byte {
 			raw, ok := m.MetaGet(o.typesMeta)
 			switch {
 			case !ok && o.requireMeta:
-				out[i] = refusedTypes(fmt.Sprintf("no schema metadata %q, which require_schema_metadata asks for", o.typesMeta))
+				failures[i] = fmt.Errorf("message %d: no schema metadata %q, which require_schema_metadata asks for", i, o.typesMeta)
 				continue
 			case ok && o.typeMapping == nil:
 				out[i] = []byte(raw)
@@ -589,28 +607,26 @@ func (o *output) types(batch service.MessageBatch) [][]byte {
 			case ok:
 				var fromMeta map[string]any
 				if err := json.Unmarshal([]byte(raw), &fromMeta); err != nil || fromMeta == nil {
-					out[i] = []byte(raw)
+					out[i] = []byte(raw) // libfloe refuses it, saying why
 					continue
 				}
 				merged = fromMeta
 			}
 		}
 		if o.typeMapping != nil {
-			res, err := m.BloblangQuery(o.typeMapping)
-			var mapped any
-			if err == nil && res != nil {
-				mapped, err = res.AsStructured()
-			}
-			obj, isObject := mapped.(map[string]any)
-			switch {
-			case err != nil:
-				out[i] = refusedTypes(fmt.Sprintf("new_column_type_mapping failed: %v", err))
-				continue
-			case res != nil && !isObject:
-				out[i] = refusedTypes("new_column_type_mapping must give an object of field path → type")
+			mapped, err := o.mappedTypes(m)
+			if err != nil {
+				failures[i] = fmt.Errorf("message %d: %w", i, err)
 				continue
 			}
-			for k, v := range obj {
+			for k, v := range mapped {
+				if !o.caseSensitive {
+					for old := range merged {
+						if strings.EqualFold(old, k) {
+							delete(merged, old)
+						}
+					}
+				}
 				merged[k] = v
 			}
 		}
@@ -621,10 +637,22 @@ func (o *output) types(batch service.MessageBatch) [][]byte {
 	return out
 }
 
-// refusedTypes is a types object libfloe refuses with `why` in its error.
-func refusedTypes(why string) []byte {
-	b, _ := json.Marshal(map[string]string{why: "(no type)"})
-	return b
+// mappedTypes is new_column_type_mapping's object for a message (nil when the mapping
+// deletes the message's result).
+func (o *output) mappedTypes(m *service.Message) (map[string]any, error) {
+	res, err := m.BloblangQuery(o.typeMapping)
+	if err != nil {
+		return nil, fmt.Errorf("new_column_type_mapping failed: %w", err)
+	}
+	if res == nil {
+		return nil, nil
+	}
+	mapped, err := res.AsStructured()
+	obj, isObject := mapped.(map[string]any)
+	if err != nil || !isObject {
+		return nil, errors.New("new_column_type_mapping must give an object of field path → type")
+	}
+	return obj, nil
 }
 
 // retryNotAtFault retries, in this call, the messages that failed for a reason not of

@@ -482,6 +482,15 @@ func TestCountOnlyBatchPolicyGetsAPeriod(t *testing.T) {
 	if p.Period != "5s" {
 		t.Fatalf("a chosen period is kept, got %q", p.Period)
 	}
+	// A period that never fires is none; a byte size alone needs one too.
+	for _, bp := range []service.BatchPolicy{{Count: 5, Period: "0s"}, {Count: 5, Period: "-1s"}, {ByteSize: 1 << 20}} {
+		if p := guardBatchPolicy(bp, log); p.Period != partialBatchFlush {
+			t.Fatalf("%+v: period %q", bp, p.Period)
+		}
+	}
+	if p := guardBatchPolicy(service.BatchPolicy{Period: "-1s"}, log); p.Period != "" {
+		t.Fatalf("a negative period alone is no batching, got %q", p.Period)
+	}
 	if d := backoffAfter(1); d != 250*time.Millisecond {
 		t.Fatalf("first backoff %v", d)
 	}
@@ -517,17 +526,18 @@ schema_evolution:
 		}
 		return m
 	}
+	failures := make([]error, 3)
 	got := out.types(service.MessageBatch{
 		msg(`{"price": "decimal(10, 2)", "ts": "string"}`, true),
 		msg("", false),
 		msg("null", true),
-	})
+	}, failures)
 	var merged map[string]string
 	if err := json.Unmarshal(got[0], &merged); err != nil || merged["price"] != "decimal(10, 2)" || merged["ts"] != "timestamptz" {
 		t.Fatalf("the mapping wins over the metadata: %s", got[0])
 	}
-	if !strings.Contains(string(got[1]), "require_schema_metadata") {
-		t.Fatalf("a missing key must be refused: %s", got[1])
+	if failures[1] == nil || !strings.HasPrefix(failures[1].Error(), "message 1: no schema metadata") || failures[0] != nil {
+		t.Fatalf("a missing key must fail its message alone, saying why: %v", failures)
 	}
 	if string(got[2]) != "null" {
 		t.Fatalf("a null metadata value must reach libfloe as given (refused there): %s", got[2])
@@ -539,5 +549,79 @@ schema_evolution:
 	bad, _ := ConfigSpec().ParseYAML("namespace: a\ntable: b\nschema_evolution: {require_schema_metadata: true}\n", nil)
 	if _, err := newOutput(bad, service.MockResources()); err == nil || !strings.Contains(err.Error(), "schema_metadata") {
 		t.Fatalf("require_schema_metadata without a key must be refused: %v", err)
+	}
+}
+
+// catalog.name is libfloe's embedded-catalog name: the binary's spec declared no such
+// field, so `floe lint` and start-up refused a setting libfloe takes.
+func TestEmbeddedCatalogNameReachesLibfloe(t *testing.T) {
+	conf, err := ConfigSpec().ParseYAML("catalog: {name: lake, warehouse: /tmp/x}\nnamespace: a\ntable: b\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := checkedConfig(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	_ = json.Unmarshal(raw, &got)
+	if got["catalog"].(map[string]any)["name"] != "lake" {
+		t.Fatalf("catalog.name not passed on: %s", raw)
+	}
+}
+
+// An empty namespace or table (e.g. an unset `${NS:}`) is a config problem for lint and
+// start-up alike: every message failed with "no namespace".
+func TestAnEmptyNamespaceOrTableIsRefused(t *testing.T) {
+	for _, yaml := range []string{"namespace: ''\ntable: b\n", "namespace: a\ntable: '  '\n", "table: b\n"} {
+		conf, err := ConfigSpec().ParseYAML(yaml, nil)
+		if err != nil {
+			continue // the spec itself refuses it
+		}
+		if _, err := checkedConfig(conf); err == nil || !strings.Contains(err.Error(), "is empty") {
+			t.Fatalf("%q: %v", yaml, err)
+		}
+		section, _ := conf.FieldAny()
+		if problems := configProblems(section.(map[string]any), 0); len(problems) == 0 {
+			t.Fatalf("%q: lint saw no problem", yaml)
+		}
+	}
+	conf, _ := ConfigSpec().ParseYAML("namespace: a\ntable: '${! meta(\"t\") }'\n", nil)
+	if _, err := checkedConfig(conf); err != nil {
+		t.Fatalf("an interpolated table is fine: %v", err)
+	}
+}
+
+// With case_sensitive_columns: false the mapping's path wins over the metadata's in any
+// case (the metadata's `f_at` won over the mapping's `F_AT`); a mapping that gives no
+// object fails its message, saying so.
+func TestMappedTypesWinInAnyCaseAndBadMappingsSayWhy(t *testing.T) {
+	conf, err := ConfigSpec().ParseYAML(`
+namespace: a
+table: b
+case_sensitive_columns: false
+schema_evolution:
+  enabled: true
+  schema_metadata: types
+  new_column_type_mapping: 'root = if this.bad == true { "x" } else { {"F_AT": "timestamptz"} }'
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := newOutput(conf, service.MockResources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := service.NewMessage([]byte(`{"f_at": 1}`))
+	good.MetaSetMut("types", `{"f_at": "string"}`)
+	bad := service.NewMessage([]byte(`{"bad": true}`))
+	failures := make([]error, 2)
+	got := out.types(service.MessageBatch{good, bad}, failures)
+	var merged map[string]string
+	if err := json.Unmarshal(got[0], &merged); err != nil || len(merged) != 1 || merged["F_AT"] != "timestamptz" {
+		t.Fatalf("the mapping's F_AT must replace the metadata's f_at: %s", got[0])
+	}
+	if failures[1] == nil || !strings.Contains(failures[1].Error(), "must give an object") {
+		t.Fatalf("a mapping giving a string must say so: %v", failures[1])
 	}
 }
