@@ -890,6 +890,17 @@ impl Config {
     /// Values that parse but cannot work, each named by its field.
     fn invalid_values(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        // Headers the HTTP client cannot send fail every connect; named, never quoted.
+        for (name, value) in &self.catalog.headers {
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                problems.push(format!("catalog.headers: {name:?} is not a header name"));
+            } else if reqwest::header::HeaderValue::from_str(value).is_err() {
+                problems.push(format!(
+                    "catalog.headers: the value of {name:?} is not a valid header value \
+                     (a line break or control character)"
+                ));
+            }
+        }
         // Storage speaks with keys, never with a URL's user: a password there would
         // reach logs in the storage client's error texts.
         let storage = &self.storage;
@@ -1378,6 +1389,19 @@ mod tests {
         assert!(
             Config::problems(r#"{"storage": {"aws_s3": {"bucket": "b", "endpoint": "http://127.0.0.1:9"}}, "catalog": {"url": "http://127.0.0.1:9", "warehouse": "s3://b/wh"}}"#)
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn headers_the_client_cannot_send_are_config_problems() {
+        let problems = Config::problems(
+            r#"{"catalog": {"url": "http://127.0.0.1:9",
+                "headers": {"Bad Header": "v", "X-Ok": "a\nSECRET"}}}"#,
+        );
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems.iter().all(|p| !p.contains("SECRET")),
+            "{problems:?}"
         );
     }
 

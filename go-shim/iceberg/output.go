@@ -133,7 +133,7 @@ func ConfigSpec() *service.ConfigSpec {
 				).Optional().Description("Exactly-once across restarts: committed offsets per source are recorded in each snapshot, and messages already committed are acknowledged without being written again."),
 			).Default(map[string]any{}).Description("Concurrent batches (`max_in_flight`) share snapshots (group commit). conflicts with other writers are rebased and retried for up to `retry_timeout`, throttling up to `max_retries` times (exponential backoff with jitter); commits of unknown outcome are looked up by commit id before any retry. Small manifests are merged (the table's `commit.manifest.*` properties apply), snapshots older than `max_snapshot_age` are expired and unreachable files deleted, files of refused commits deleted when `cleanup_on_failure`."),
 			service.NewObjectField(fParquet,
-				service.NewStringEnumField("string_encoding", "", "delta_length_byte_array", "plain").Optional().Description("Unset or empty: the table's `write.parquet.*` setting, else floe's default."),
+				service.NewStringEnumField("string_encoding", "", "delta_length_byte_array", "plain").Optional().Description("Encoding of string columns outside lists and maps where no dictionary is used. Unset or empty: the Parquet writer's choice (a dictionary, falling back to delta_byte_array); no table property sets it."),
 				service.NewStringEnumField("compression", "", "zstd", "snappy", "lz4", "gzip", "uncompressed").Optional().Description("Unset or empty: the table's `write.parquet.compression-codec`, else zstd."),
 				service.NewIntField("compression_level").Optional().Description("zstd 1–22, gzip 1–9; unset or 0: the codec's default (zstd: 1)."),
 				service.NewIntField("row_group_size").Optional(),

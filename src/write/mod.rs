@@ -135,9 +135,14 @@ pub fn file_settings(config: &ParquetConfig, metadata: &TableMetadata) -> Result
     if let Some(enabled) = config.dictionary {
         builder = builder.set_dictionary_enabled(enabled);
     }
-    if config.string_encoding == Some(StringEncoding::DeltaLengthByteArray) {
+    // Unset, the writer chooses (dictionary, else DELTA_BYTE_ARRAY in Parquet 2).
+    let string_encoding = config.string_encoding.map(|e| match e {
+        StringEncoding::DeltaLengthByteArray => Encoding::DELTA_LENGTH_BYTE_ARRAY,
+        StringEncoding::Plain => Encoding::PLAIN,
+    });
+    if let Some(encoding) = string_encoding {
         for path in string_column_paths(metadata) {
-            builder = builder.set_column_encoding(path, Encoding::DELTA_LENGTH_BYTE_ARRAY);
+            builder = builder.set_column_encoding(path, encoding);
         }
     }
     let target_file_size = match config.target_file_size_bytes {
@@ -428,4 +433,50 @@ pub async fn write_position_delete_files(
         }
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fixture table with a string column `s` besides `id`.
+    fn with_string_column() -> TableMetadata {
+        let table = crate::commit::fixture::table("{}", 2, "", "");
+        let mut json = serde_json::to_value(&table).unwrap();
+        json["schemas"][0]["fields"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"id": 2, "name": "s", "required": false, "type": "string"}));
+        json["last-column-id"] = 2.into();
+        serde_json::from_value(json).unwrap()
+    }
+
+    /// `string_encoding: plain` wrote DELTA_BYTE_ARRAY (the Parquet 2 writer's fallback
+    /// once dictionaries are off): each choice must reach the string columns.
+    #[test]
+    fn each_string_encoding_reaches_string_columns() {
+        let table = with_string_column();
+        for (choice, encoding) in [
+            (StringEncoding::Plain, Encoding::PLAIN),
+            (
+                StringEncoding::DeltaLengthByteArray,
+                Encoding::DELTA_LENGTH_BYTE_ARRAY,
+            ),
+        ] {
+            let config = ParquetConfig {
+                string_encoding: Some(choice),
+                dictionary: Some(false),
+                ..ParquetConfig::default()
+            };
+            let settings = file_settings(&config, &table).unwrap();
+            let s = ColumnPath::new(vec!["s".into()]);
+            assert_eq!(
+                settings.properties.encoding(&s),
+                Some(encoding),
+                "{choice:?}"
+            );
+            let id = ColumnPath::new(vec!["id".into()]);
+            assert_eq!(settings.properties.encoding(&id), None);
+        }
+    }
 }
