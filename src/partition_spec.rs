@@ -126,6 +126,14 @@ pub fn parse_spec(
                 "partition_spec: column {column:?} is not in the table schema"
             ))
         })?;
+        // Iceberg's own message names no column and calls day/hour "time".
+        if transform.result_type(&source.field_type).is_err() {
+            return Err(Error::config(format!(
+                "partition_spec term {term:?}: column {:?} is a {}, which {transform} cannot \
+                 partition",
+                source.name, source.field_type
+            )));
+        }
         let name = alias.unwrap_or_else(|| default_name(transform, &column));
         builder = builder.add_partition_field(source.id, name, transform)?;
     }
@@ -190,6 +198,15 @@ mod tests {
     use iceberg::spec::{NestedField, PrimitiveType, Type};
 
     use super::*;
+
+    #[test]
+    fn a_transform_the_column_type_cannot_take_names_both() {
+        let e = parse_spec("(day(id))", &schema(), true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"id\" is a long") && e.contains("day"), "{e}");
+        assert!(parse_spec("(bucket(4, id), day(ts))", &schema(), true).is_ok());
+    }
 
     fn schema() -> Schema {
         Schema::builder()

@@ -842,14 +842,16 @@ impl Writer {
                 &keys,
             )?;
         }
-        let location = evolution.table_location.as_deref().map(|prefix| {
-            format!(
+        // A plain path is a local folder, as `catalog.warehouse` takes it.
+        let location = match evolution.table_location.as_deref() {
+            Some(prefix) => Some(format!(
                 "{}/{}/{}",
-                prefix.trim_end_matches('/'),
+                location_url(prefix)?,
                 ident.namespace().as_ref().join("/"),
                 ident.name()
-            )
-        });
+            )),
+            None => None,
+        };
         self.catalog.ensure_namespace(ident.namespace()).await?;
         self.catalog
             .create_table(
