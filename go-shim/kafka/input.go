@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -133,8 +134,8 @@ func parseConfig(conf *service.ParsedConfig) (config, error) {
 	if c.commitPeriod, err = conf.FieldDuration("commit_period"); err != nil {
 		return c, err
 	}
-	if c.commitPeriod <= 0 {
-		return c, fmt.Errorf("commit_period: must be positive")
+	if c.commitPeriod < 100*time.Millisecond {
+		return c, fmt.Errorf("commit_period: %v: must be at least 100ms", c.commitPeriod)
 	}
 	if c.sessionTimeout, err = conf.FieldDuration("session_timeout"); err != nil {
 		return c, err
@@ -145,17 +146,28 @@ func parseConfig(conf *service.ParsedConfig) (config, error) {
 	if c.heartbeat, err = conf.FieldDuration("heartbeat_interval"); err != nil {
 		return c, err
 	}
+	for field, d := range map[string]time.Duration{"session_timeout": c.sessionTimeout, "rebalance_timeout": c.rebalanceTimeout} {
+		if d < 100*time.Millisecond || d > maxWireDuration {
+			return c, fmt.Errorf("%s: %v: must be between 100ms and %v", field, d, maxWireDuration)
+		}
+	}
 	if c.heartbeat <= 0 || c.heartbeat >= c.sessionTimeout {
 		return c, fmt.Errorf("heartbeat_interval: %v must be positive and below session_timeout (%v)", c.heartbeat, c.sessionTimeout)
 	}
 	if c.fetchMaxBytes, err = byteSize(conf, "fetch_max_bytes"); err != nil {
 		return c, err
 	}
+	if c.fetchMaxBytes > maxBrokerReadBytes {
+		return c, fmt.Errorf("fetch_max_bytes: %d bytes: at most 1GiB (the largest response franz-go reads)", c.fetchMaxBytes)
+	}
 	if c.fetchMaxPartBytes, err = byteSize(conf, "fetch_max_partition_bytes"); err != nil {
 		return c, err
 	}
 	if c.fetchMaxWait, err = conf.FieldDuration("fetch_max_wait"); err != nil {
 		return c, err
+	}
+	if c.fetchMaxWait < 10*time.Millisecond || c.fetchMaxWait > maxWireDuration {
+		return c, fmt.Errorf("fetch_max_wait: %v: must be between 10ms and %v", c.fetchMaxWait, maxWireDuration)
 	}
 	if c.opts, err = securityOpts(conf); err != nil {
 		return c, err
@@ -206,6 +218,20 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (service.Batch
 	return service.AutoRetryNacksBatchedToggled(conf, in)
 }
 
+// franz-go's limits, checked at start so that a setting beyond them names its field
+// instead of failing every connect: durations travel as int32 milliseconds, and a
+// response is read into at most 1 GiB.
+const (
+	maxWireDuration    = time.Duration(math.MaxInt32) * time.Millisecond
+	maxBrokerReadBytes = 1 << 30
+)
+
+// brokerMaxReadBytes is franz-go's default limit on a response (100 MiB), raised to
+// fetch_max_bytes where that is larger (franz-go refuses a fetch larger than it).
+func brokerMaxReadBytes(c config) int32 {
+	return max(100<<20, c.fetchMaxBytes)
+}
+
 // clientOpts builds franz-go's options from the config; callbacks reach `in`.
 func (in *input) clientOpts() []kgo.Opt {
 	c := in.conf
@@ -213,6 +239,7 @@ func (in *input) clientOpts() []kgo.Opt {
 		kgo.SeedBrokers(c.brokers...),
 		kgo.ClientID(c.clientID),
 		kgo.FetchMaxBytes(c.fetchMaxBytes),
+		kgo.BrokerMaxReadBytes(brokerMaxReadBytes(c)),
 		kgo.FetchMaxPartitionBytes(c.fetchMaxPartBytes),
 		kgo.FetchMaxWait(c.fetchMaxWait),
 		kgo.WithLogger(franzLogger{in.log}),
@@ -362,13 +389,25 @@ func (in *input) revoked(ctx context.Context, cl *kgo.Client, parts map[string][
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
 		in.log.Warnf("kafka_franz: committing offsets of revoked partitions %v: %v (their new owner reads from the last committed offset)", parts, err)
 	}
+	in.clearLag(parts)
 	in.log.Infof("kafka_franz: partitions revoked: %v", parts)
+}
+
+// clearLag sets the lag of partitions this host no longer owns to 0: their new owner
+// reports it, and a stale value here would be counted twice by a sum across hosts.
+func (in *input) clearLag(parts map[string][]int32) {
+	for topic, ps := range parts {
+		for _, p := range ps {
+			in.lag.Set(0, topic, partitionLabel(p))
+		}
+	}
 }
 
 // lost ends the claim on partitions the group took away without a revoke (a session
 // timeout, a fenced member): a commit could not succeed, so none is tried.
 func (in *input) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
 	in.marks.reset(parts)
+	in.clearLag(parts)
 	in.log.Warnf("kafka_franz: partitions lost: %v (unacknowledged records are read again by their new owner)", parts)
 }
 

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -101,6 +102,9 @@ func parseBytes(s string) (int64, error) {
 	for _, u := range units {
 		if strings.HasSuffix(s, u.suffix) {
 			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), 10, 64)
+			if err == nil && (n > math.MaxInt64/u.scale || n < math.MinInt64/u.scale) {
+				return 0, fmt.Errorf("%q overflows", s)
+			}
 			return n * u.scale, err
 		}
 	}
