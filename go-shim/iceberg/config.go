@@ -141,7 +141,11 @@ func checkedConfig(conf *service.ParsedConfig) ([]byte, error) {
 func namingProblems(section map[string]any) []string {
 	var problems []string
 	for _, key := range []string{fNamespace, fTable} {
-		text, _ := section[key].(string)
+		raw, present := section[key]
+		text, isText := raw.(string)
+		if present && !isText {
+			continue // a YAML scalar that is not text (`table: 5`) names the table `5`
+		}
 		if is, err := service.NewInterpolatedString(text); err == nil {
 			if value, static := is.Static(); static && strings.TrimSpace(value) == "" {
 				problems = append(problems, fmt.Sprintf("%s is empty: give it (an unset environment variable leaves it empty) or interpolate it per message", key))
