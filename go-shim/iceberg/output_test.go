@@ -306,18 +306,7 @@ func TestLintAndStartUpPrintLibfloesSameProblems(t *testing.T) {
 
 // The spec's defaults are libfloe's: what the docs show is what libfloe applies.
 func TestSpecDefaultsAreLibfloes(t *testing.T) {
-	conf, err := ConfigSpec().ParseYAML("namespace: a\ntable: b\n", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := checkedConfig(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got map[string]any
-	if err := json.Unmarshal(raw, &got); err != nil {
-		t.Fatal(err)
-	}
+	got := libfloeJSON(t, "namespace: a\ntable: b\n")
 	want, _ := floe.ConfigDefaults()
 	for _, section := range []string{fCommit, fJSON} {
 		g, _ := json.Marshal(got[section])
@@ -329,13 +318,13 @@ func TestSpecDefaultsAreLibfloes(t *testing.T) {
 	// Optional sections stay out unless written (the host fills a section that has a
 	// field with a declared default).
 	if _, ok := got[fCatalog].(map[string]any)["auth"]; ok {
-		t.Fatalf("catalog.auth appeared unasked: %s", raw)
+		t.Fatalf("catalog.auth appeared unasked: %v", got)
 	}
 	if _, ok := got[fStorage].(map[string]any)["aws_s3"]; ok {
-		t.Fatalf("storage.aws_s3 appeared unasked: %s", raw)
+		t.Fatalf("storage.aws_s3 appeared unasked: %v", got)
 	}
 	if got[fCaseSensitive] != want[fCaseSensitive] || got["schema_evolution"].(map[string]any)["unknown_fields"] != "error" {
-		t.Fatalf("top-level defaults differ: %s", raw)
+		t.Fatalf("top-level defaults differ: %v", got)
 	}
 }
 
@@ -555,18 +544,9 @@ schema_evolution:
 // catalog.name is libfloe's embedded-catalog name: the binary's spec declared no such
 // field, so `floe lint` and start-up refused a setting libfloe takes.
 func TestEmbeddedCatalogNameReachesLibfloe(t *testing.T) {
-	conf, err := ConfigSpec().ParseYAML("catalog: {name: lake, warehouse: /tmp/x}\nnamespace: a\ntable: b\n", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := checkedConfig(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got map[string]any
-	_ = json.Unmarshal(raw, &got)
+	got := libfloeJSON(t, "catalog: {name: lake, warehouse: /tmp/x}\nnamespace: a\ntable: b\n")
 	if got["catalog"].(map[string]any)["name"] != "lake" {
-		t.Fatalf("catalog.name not passed on: %s", raw)
+		t.Fatalf("catalog.name not passed on: %v", got)
 	}
 }
 
@@ -624,4 +604,22 @@ schema_evolution:
 	if failures[1] == nil || !strings.Contains(failures[1].Error(), "must give an object") {
 		t.Fatalf("a mapping giving a string must say so: %v", failures[1])
 	}
+}
+
+// libfloeJSON is the config libfloe gets for an output section given as YAML.
+func libfloeJSON(t *testing.T, yaml string) map[string]any {
+	t.Helper()
+	conf, err := ConfigSpec().ParseYAML(yaml, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := checkedConfig(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
