@@ -492,7 +492,7 @@ func TestCountOnlyBatchPolicyGetsAPeriod(t *testing.T) {
 // key refused when required, a `null` metadata value refused (it crashed the merge),
 // and retried subsets keep their types.
 func TestTypesFromMetadataAndMapping(t *testing.T) {
-	conf, err := ConfigSpec().ParseYAML(`
+	out := outputFor(t, `
 namespace: a
 table: b
 schema_evolution:
@@ -500,14 +500,7 @@ schema_evolution:
   schema_metadata: types
   require_schema_metadata: true
   new_column_type_mapping: 'root = {"ts": "timestamptz"}'
-`, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := newOutput(conf, service.MockResources())
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	msg := func(meta string, set bool) *service.Message {
 		m := service.NewMessage([]byte(`{"ts": "2026-12-01T00:00:00Z"}`))
 		if set {
@@ -576,7 +569,7 @@ func TestAnEmptyNamespaceOrTableIsRefused(t *testing.T) {
 // case (the metadata's `f_at` won over the mapping's `F_AT`); a mapping that gives no
 // object fails its message, saying so.
 func TestMappedTypesWinInAnyCaseAndBadMappingsSayWhy(t *testing.T) {
-	conf, err := ConfigSpec().ParseYAML(`
+	out := outputFor(t, `
 namespace: a
 table: b
 case_sensitive_columns: false
@@ -584,14 +577,7 @@ schema_evolution:
   enabled: true
   schema_metadata: types
   new_column_type_mapping: 'root = if this.bad == true { "x" } else { {"F_AT": "timestamptz"} }'
-`, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := newOutput(conf, service.MockResources())
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	good := service.NewMessage([]byte(`{"f_at": 1}`))
 	good.MetaSetMut("types", `{"f_at": "string"}`)
 	bad := service.NewMessage([]byte(`{"bad": true}`))
@@ -622,4 +608,18 @@ func libfloeJSON(t *testing.T, yaml string) map[string]any {
 		t.Fatal(err)
 	}
 	return got
+}
+
+// outputFor is the output a YAML section makes, which must start.
+func outputFor(t *testing.T, yaml string) *output {
+	t.Helper()
+	conf, err := ConfigSpec().ParseYAML(yaml, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := newOutput(conf, service.MockResources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
