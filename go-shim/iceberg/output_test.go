@@ -108,14 +108,7 @@ func TestAckAfterCommitAndPerMessageFailure(t *testing.T) {
 
 func newTestOutput(t *testing.T, yaml string) *output {
 	t.Helper()
-	conf, err := ConfigSpec().ParseYAML(yaml, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := newOutput(conf, service.MockResources())
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := outputFor(t, yaml)
 	if err := out.Connect(context.Background()); err != nil {
 		t.Fatal(err)
 	}
