@@ -91,7 +91,14 @@ struct TableHandle {
     /// Held while a call evolves the table's schema: concurrent calls needing the same
     /// columns wait and find them added instead of racing to add them.
     evolving: tokio::sync::Mutex<()>,
+    /// When the table was last loaded for a key upserts could not use (see
+    /// [`Writer::reload_if_key_refused`]).
+    key_reloaded: Mutex<std::time::Instant>,
 }
+
+/// How often a table whose key refuses upserts and deletes is loaded again to see
+/// whether another tool fixed it.
+const KEY_RELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How often one call shreds its messages again after the table's schema changed
 /// under it (by its own evolution or another writer's), before it writes them with the
@@ -385,11 +392,14 @@ impl Writer {
                 }
                 _ => e,
             })?;
+        if idx.iter().any(|&i| row_op(&messages[i]) != RowOp::Insert) {
+            self.reload_if_key_refused(ident, &handle).await;
+        }
         // Rows shredded for a schema that changed before they were committed are
         // shredded again (nothing of them was committed).
         let mut reshreds = 0;
         let (result, plan) = loop {
-            let (claim, plan) = self.plan_exactly_once(&handle, messages, idx);
+            let (claim, plan) = self.plan_exactly_once(&handle, messages, idx)?;
             let may_evolve = reshreds < MAX_RESHREDS;
             let result = self
                 .shred_and_submit(&handle, claim, messages, idx, &plan, may_evolve)
@@ -426,6 +436,28 @@ impl Writer {
         Ok(group)
     }
 
+    /// While the table's key is unusable (see [`TableView::key_problem`]) upserts and
+    /// deletes are refused and never reach the committer, whose view is loaded again only
+    /// after commits: the table is loaded here instead (at most once per
+    /// [`KEY_RELOAD_EVERY`]), so a table another tool fixed is seen by the retries.
+    async fn reload_if_key_refused(&self, ident: &TableIdent, handle: &TableHandle) {
+        if handle.committer.view().key_problem.is_none() {
+            return;
+        }
+        {
+            let mut last = handle.key_reloaded.locked();
+            if last.elapsed() < KEY_RELOAD_EVERY {
+                return;
+            }
+            *last = std::time::Instant::now();
+        }
+        match self.catalog.load_table(ident).await {
+            Ok(Some(table)) => handle.committer.adopt(table),
+            Ok(None) => tracing::debug!("reloading {ident} for its key: the table is gone"),
+            Err(e) => tracing::debug!("reloading {ident} for its key failed: {e}"),
+        }
+    }
+
     /// Exactly-once: splits the group into messages to write, messages already committed
     /// (acknowledged without writing), repeats within the batch, and messages another
     /// call is still writing (refused with a retryable error), as the committer decides
@@ -435,11 +467,11 @@ impl Writer {
         handle: &TableHandle,
         messages: &[Message<'_>],
         idx: &[usize],
-    ) -> (Claim, WritePlan) {
+    ) -> Result<(Claim, WritePlan)> {
         let mut plan = WritePlan::default();
         if self.options.writer_id.is_none() {
             plan.write = (0..idx.len()).collect();
-            return (handle.committer.new_claim(), plan);
+            return Ok((handle.committer.new_claim(), plan));
         }
         let position = |i: usize| {
             (
@@ -450,7 +482,7 @@ impl Writer {
         let (claim, verdicts) = handle.committer.claim_positions(idx.iter().map(|&i| {
             let (source, offset) = position(i);
             (source, offset, payload_hash(messages[i].payload))
-        }));
+        }))?;
         for (pos, verdict) in verdicts.into_iter().enumerate() {
             let (source, offset) = position(idx[pos]);
             match verdict {
@@ -472,7 +504,7 @@ impl Writer {
                 }
             }
         }
-        (claim, plan)
+        Ok((claim, plan))
     }
 
     async fn shred_and_submit(
@@ -487,11 +519,28 @@ impl Writer {
         let view = handle.committer.view();
         let schema_id = view.schema_id();
         let mut failures: Vec<(usize, Error)> = Vec::new();
+        // The first message refused for a reason not its own is retried: the messages
+        // after it must not commit before it (a delete retried after the call's insert of
+        // its key would remove that row). They are held back and retried with it, in order.
+        let key_refused = |pos: &usize| {
+            view.keys.is_none()
+                && view.key_problem.is_some()
+                && row_op(&messages[idx[*pos]]) != RowOp::Insert
+        };
+        let first_refused = plan.write.iter().copied().find(key_refused);
+        let first_refused = plan
+            .refused
+            .iter()
+            .map(|(pos, _)| *pos)
+            .chain(first_refused)
+            .min();
         // Positions (within the group) of the messages to write, split by what they need.
         let (mut rows_at, mut deletes_at) = (Vec::new(), Vec::new());
         for &pos in &plan.write {
             let op = row_op(&messages[idx[pos]]);
-            if op != RowOp::Insert && view.keys.is_none() {
+            if first_refused.is_some_and(|first| pos > first) {
+                failures.push((pos, held_back(idx[pos])));
+            } else if op != RowOp::Insert && view.keys.is_none() {
                 failures.push((pos, no_key(idx[pos], op, view.key_problem.as_deref())));
             } else if op.writes_row() {
                 rows_at.push(pos);
@@ -759,6 +808,7 @@ impl Writer {
             committer: TableCommitter::start(self.catalog.clone(), view, self.options.clone())?,
             shredders: Mutex::new((schema_id, vec![shredder])),
             evolving: tokio::sync::Mutex::new(()),
+            key_reloaded: Mutex::new(std::time::Instant::now()),
         })
     }
 
@@ -1139,6 +1189,18 @@ fn no_key(index: usize, op: RowOp, problem: Option<&str>) -> Error {
             op.name()
         )),
     }
+}
+
+/// A message after one its call could not commit yet (see `shred_and_submit`).
+fn held_back(index: usize) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!(
+            "message {index}: held back behind an earlier message of the batch for the same \
+             table that could not be committed yet; a batch's messages to a table commit in \
+             order, so it is retried with that one"
+        ),
+    )
 }
 
 fn null_key(index: usize, op: RowOp, column: &str) -> Error {

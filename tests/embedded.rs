@@ -709,3 +709,74 @@ fn find_dir(root: &std::path::Path, parent: &str, name: &str) -> Option<std::pat
     }
     None
 }
+
+/// Review of the upserts issue (low): after another tool rolled main back behind
+/// floe's last exactly-once commit, the writer's ledger still answered "committed" for
+/// re-delivered offsets of the rolled-back snapshot, so they were acknowledged without
+/// being in the table. Once the writer has seen the rollback (here: its next commit
+/// meets it), such offsets are refused saying why, as opening the table refuses it.
+#[test]
+fn offsets_of_a_rolled_back_commit_are_never_acknowledged_unwritten() {
+    use iceberg::TableUpdate;
+    use iceberg::spec::{SnapshotReference, SnapshotRetention};
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let cfg = config(
+        dir.path(),
+        json!({"table": "rolled", "commit": {"exactly_once": {"writer_id": "w"}}}),
+    );
+    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    let payloads: Vec<String> = (0..15).map(|i| format!(r#"{{"id": {i}}}"#)).collect();
+    let write = |from: usize, to: usize| {
+        let msgs: Vec<Message> = (from..to)
+            .map(|i| Message {
+                source: Some("s"),
+                offset: Some(i as i64),
+                ..Message::insert(payloads[i].as_bytes())
+            })
+            .collect();
+        rt.block_on(writer.write_batch(&msgs))
+    };
+    let ident = floe::catalog::table_ident("demo.events", "rolled").unwrap();
+    let head = || {
+        let t = rt.block_on(writer.catalog().load_table(&ident)).unwrap();
+        t.unwrap().metadata.current_snapshot_id().unwrap()
+    };
+    assert_eq!(write(0, 5).unwrap().rows_committed, 5);
+    let first = head();
+    assert_eq!(write(5, 10).unwrap().rows_committed, 5);
+    // Another tool rolls main back to the first commit: offsets 5..10 are gone.
+    rt.block_on(writer.catalog().commit(
+        &ident,
+        vec![],
+        vec![TableUpdate::SetSnapshotRef {
+            ref_name: "main".into(),
+            reference: SnapshotReference::new(first, SnapshotRetention::branch(None, None, None)),
+        }],
+    ))
+    .unwrap();
+    // The next commit meets the rollback and is refused.
+    let next = write(10, 15);
+    let refused = match &next {
+        Err(e) => Some(e.clone()),
+        Ok(out) => out.failures.iter().flatten().next().cloned(),
+    };
+    let refused = refused.expect("a commit on a table rolled back behind the record");
+    assert!(refused.to_string().contains("rolled back"), "{refused}");
+    // A re-delivery of the rolled-back offsets must not be acknowledged unwritten.
+    let again = write(5, 10);
+    let acknowledged = match &again {
+        Err(_) => 0,
+        Ok(out) => out.failures.iter().filter(|f| f.is_none()).count(),
+    };
+    assert_eq!(
+        acknowledged, 0,
+        "offsets 5..10 were acknowledged but are not in the table: {again:?}"
+    );
+    let e = match again {
+        Err(e) => e,
+        Ok(out) => out.failures[0].clone().unwrap(),
+    };
+    assert!(e.to_string().contains("rolled back"), "{e}");
+    assert_ne!(e.kind(), floe::ErrorKind::Data, "{e}");
+}

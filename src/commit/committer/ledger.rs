@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::commit::offsets::SourceOffsets;
+use crate::error::{Error, Result};
 
 /// Exactly-once state: offsets committed under the writer id, and offsets claimed by
 /// submissions still on their way (so a replayed message is not written twice while
@@ -14,6 +15,10 @@ use crate::commit::offsets::SourceOffsets;
 pub struct Ledger {
     pub committed: SourceOffsets,
     pub(super) in_flight: HashMap<u64, Claimed>,
+    /// Why the table's record cannot be trusted any more (main rolled back behind the
+    /// commit that wrote it): `committed` then overstates what the table holds, so no
+    /// position is decided until a record that can be trusted is seen again.
+    pub(super) distrusted: Option<Error>,
 }
 
 /// Claimed positions of one call: source → offset → hash of the message's payload.
@@ -44,6 +49,26 @@ impl Ledger {
 
     pub fn release(&mut self, claim: u64) {
         self.in_flight.remove(&claim);
+    }
+
+    /// Takes in the table's record as read from its metadata: its offsets join
+    /// `committed`; a record that cannot be trusted (see `committed_offsets`) stops
+    /// every decision until one that can is read.
+    pub fn take_in(&mut self, record: Result<SourceOffsets>) {
+        match record {
+            Ok(committed) => {
+                self.committed.union_with(&committed);
+                self.distrusted = None;
+            }
+            Err(e) => {
+                if self.distrusted.is_none() {
+                    tracing::warn!(
+                        "exactly-once positions are refused until the table is fixed: {e}"
+                    );
+                }
+                self.distrusted = Some(e);
+            }
+        }
     }
 }
 
@@ -85,16 +110,21 @@ pub enum Verdict {
 }
 
 /// Decides each position of a call against the ledger and claims those it writes
-/// under `claim`, all under one lock, so two calls never both write a position.
+/// under `claim`, all under one lock, so two calls never both write a position. Fails
+/// while the table's record is distrusted (see [`Ledger::take_in`]): a position it
+/// lists may not be in the table, and one it lacks may be.
 pub(super) fn claim_positions<'a>(
     ledger: &Mutex<Ledger>,
     claim: &Claim,
     positions: impl IntoIterator<Item = (&'a str, i64, u64)>,
-) -> Vec<Verdict> {
+) -> Result<Vec<Verdict>> {
     let mut claimed = Claimed::new();
     let mut first_of: HashMap<(&str, i64), (usize, u64)> = HashMap::new();
     let mut ledger = ledger.locked();
     crate::failpoint::hit(crate::failpoint::names::PLAN_LEDGER_LOCKED);
+    if let Some(e) = &ledger.distrusted {
+        return Err(e.clone());
+    }
     let verdicts = positions
         .into_iter()
         .enumerate()
@@ -121,5 +151,5 @@ pub(super) fn claim_positions<'a>(
         })
         .collect();
     claim.hold(&mut ledger, claimed);
-    verdicts
+    Ok(verdicts)
 }

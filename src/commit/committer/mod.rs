@@ -225,14 +225,15 @@ impl TableCommitter {
 
     /// Exactly-once: decides each of a call's positions (source, offset, payload hash)
     /// against what is committed and what other calls claim, and claims those the call
-    /// writes. The claim is released when dropped (see [`Claim`]).
+    /// writes. The claim is released when dropped (see [`Claim`]). Fails while the
+    /// table's record cannot be trusted (main rolled back behind it).
     pub fn claim_positions<'a>(
         &self,
         positions: impl IntoIterator<Item = (&'a str, i64, u64)>,
-    ) -> (Claim, Vec<Verdict>) {
+    ) -> Result<(Claim, Vec<Verdict>)> {
         let claim = self.new_claim();
-        let verdicts = ledger::claim_positions(&self.ledger, &claim, positions);
-        (claim, verdicts)
+        let verdicts = ledger::claim_positions(&self.ledger, &claim, positions)?;
+        Ok((claim, verdicts))
     }
 
     /// A fresh id under which a call claims offsets in the ledger.

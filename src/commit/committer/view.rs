@@ -267,10 +267,10 @@ pub(super) fn take_in_offsets(
     options: &CommitterOptions,
     table: &LoadedTable,
 ) {
-    if let Some(writer_id) = &options.writer_id
-        && let Ok(committed) = committed_offsets(&table.metadata, writer_id)
-    {
-        ledger.locked().committed.union_with(&committed);
+    if let Some(writer_id) = &options.writer_id {
+        ledger
+            .locked()
+            .take_in(committed_offsets(&table.metadata, writer_id));
     }
 }
 
