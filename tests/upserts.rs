@@ -206,6 +206,7 @@ fn model_run_embedded(strategy: Strategy) {
         ("t", None),
         strategy,
         ("pyiceberg-sql", pyiceberg),
+        None,
         |metadata| ("duckdb-file".into(), json!({"metadata": metadata})),
     );
 }
@@ -220,6 +221,7 @@ fn model_run_rest(table: &str, partition: &str, strategy: Strategy) {
             "pyiceberg-rest",
             services().pyiceberg_args(&format!("up.{table}")),
         ),
+        Some(services().pyiceberg_args(&format!("up.{table}"))),
         |metadata| {
             (
                 "duckdb-s3".into(),
@@ -230,13 +232,15 @@ fn model_run_rest(table: &str, partition: &str, strategy: Strategy) {
 }
 
 /// Runs the random stream against `base` (a catalog + storage config), checking every
-/// commit with DuckDB (`duck` reader args), iceberg-rust's scan and, for tables without
-/// equality deletes, pyiceberg (`pyiceberg` reader args).
+/// commit with DuckDB (`duck` reader args), iceberg-rust's scan, Apache Iceberg's Java
+/// reader on a REST catalog (`java`: its args) and, for tables without equality
+/// deletes, pyiceberg (`pyiceberg` reader args).
 fn model_run(
     base: Value,
     (table, partition): (&str, Option<&str>),
     strategy: Strategy,
     pyiceberg: (&str, Value),
+    java: Option<Value>,
     duck: impl Fn(&str) -> (String, Value),
 ) {
     let rt = runtime();
@@ -300,6 +304,14 @@ fn model_run(
         if strategy != Strategy::MergeOnRead {
             let out = read_back(pyiceberg.0, pyiceberg.1.clone());
             assert_eq!(rows_of(&out), want, "pyiceberg after batch {batch}");
+        }
+        if let Some(args) = &java {
+            let out = read_back("java-rest", args.clone());
+            assert_eq!(
+                rows_of(&out),
+                want,
+                "Iceberg's Java reader after batch {batch}"
+            );
         }
     }
     // Snapshots of upserts are row deltas; deletes count in the summary.

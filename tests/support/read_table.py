@@ -1,9 +1,12 @@
-"""Independent read-back of a table floe wrote: DuckDB's iceberg extension and pyiceberg.
+"""Independent read-back of a table floe wrote: DuckDB's iceberg extension, pyiceberg, and
+Apache Iceberg's Java reader (the reference for delete files).
 
 Usage: read_table.py <reader> <json-args>
   reader = duckdb-file   args: {"metadata": <metadata json path or table location>, "sql": "..."}
            pyiceberg-sql args: {"uri": "sqlite:///…", "warehouse": "file:///…", "table": "ns.t"}
            pyiceberg-rest args: {"uri": "http://…", "props": {...}, "table": "ns.t"}
+           java-rest     args: as pyiceberg-rest, plus optional "warehouse", "columns"
+                         (a projection, in order) and "snapshot_id" (see java_rest())
            duckdb-s3     args: {"metadata": "s3://…", "s3": {...}, "sql": "..."}
            s3-list       args: {"prefix": "s3://bucket/path", "s3": {...}}  (rows: object keys)
 Prints one JSON document: {"rows": [...], "count": n}.
@@ -227,6 +230,32 @@ def nanoseconds_as_integers(table):
     return table.cast(pa.schema([f.with_type(convert(f.type)) for f in table.schema]))
 
 
+_JAVA_READER = []
+
+
+def java_rest(args):
+    """Rows read by Apache Iceberg's Java reader (RESTCatalog + S3FileIO +
+    IcebergGenerics.read(table).build(), which applies position and equality deletes), in
+    e2e/java-reader's TableReader: one long-lived JVM per process, started (and on a fresh
+    machine installed: Maven resolves its classpath once into .e2e/java-reader) on the
+    first read. args are pyiceberg-rest's ({"uri", "table", "props": {"s3.endpoint", ...}})
+    with optional "warehouse", "columns" and "snapshot_id". Values are what jsonable makes
+    of pyiceberg's (decimals as str(Decimal), timestamps as isoformat strings, timestamptz
+    with "+00:00", nanosecond timestamps as integers, binary as hex, maps as [key, value]
+    pairs); rows sorted the same way."""
+    if not _JAVA_READER:
+        import importlib.util
+        import os
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "e2e", "java_reader.py")
+        spec = importlib.util.spec_from_file_location("java_reader", path)
+        java_reader = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(java_reader)
+        _JAVA_READER.append(java_reader.JavaReader())
+    rows = _JAVA_READER[0].read(args)
+    rows.sort(key=lambda r: json.dumps(r, sort_keys=True))
+    return {"rows": rows, "count": len(rows)}
+
+
 # Readers that act on a table and answer with their own document.
 ACTIONS = {
     "drop-sql-table": drop_sql_table,
@@ -244,6 +273,8 @@ def read(reader, args):
     """The answer to one request, as a JSON-ready document."""
     if reader in ACTIONS:
         return ACTIONS[reader](args)
+    if reader == "java-rest":
+        return java_rest(args)
     if reader == "s3-list":
         keys = s3_list(args)
         return {"rows": keys, "count": len(keys)}
