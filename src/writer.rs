@@ -399,7 +399,7 @@ impl Writer {
         // shredded again (nothing of them was committed).
         let mut reshreds = 0;
         let (result, plan) = loop {
-            let (claim, plan) = self.plan_exactly_once(&handle, messages, idx)?;
+            let (claim, plan) = self.plan_checked(ident, &handle, messages, idx).await?;
             let may_evolve = reshreds < MAX_RESHREDS;
             let result = self
                 .shred_and_submit(&handle, claim, messages, idx, &plan, may_evolve)
@@ -458,6 +458,31 @@ impl Writer {
         }
     }
 
+    /// [`Self::plan_exactly_once`], trusting the ledger only as far as the table bears it
+    /// out: a plan that acknowledges messages without writing them (or a ledger that
+    /// distrusts the table's record) is made again on the table loaded afresh, so that a
+    /// rollback by another tool is seen before a re-delivered message is acknowledged,
+    /// and a repaired table is seen by the retries.
+    async fn plan_checked(
+        &self,
+        ident: &TableIdent,
+        handle: &TableHandle,
+        messages: &[Message<'_>],
+        idx: &[usize],
+    ) -> Result<(Claim, WritePlan)> {
+        let planned = self.plan_exactly_once(handle, messages, idx);
+        if !planned.as_ref().map_or(true, |(_, plan)| plan.acknowledges) {
+            return planned;
+        }
+        drop(planned); // releases the claim
+        match self.catalog.load_table(ident).await {
+            Ok(Some(table)) => handle.committer.adopt(table),
+            Ok(None) => tracing::debug!("reloading {ident} for exactly-once: the table is gone"),
+            Err(e) => tracing::debug!("reloading {ident} for exactly-once failed: {e}"),
+        }
+        self.plan_exactly_once(handle, messages, idx)
+    }
+
     /// Exactly-once: splits the group into messages to write, messages already committed
     /// (acknowledged without writing), repeats within the batch, and messages another
     /// call is still writing (refused with a retryable error), as the committer decides
@@ -487,7 +512,7 @@ impl Writer {
             let (source, offset) = position(idx[pos]);
             match verdict {
                 Verdict::Write => plan.write.push(pos),
-                Verdict::Committed => {}
+                Verdict::Committed => plan.acknowledges = true,
                 Verdict::Repeat {
                     first,
                     same_payload: true,
@@ -1040,6 +1065,8 @@ fn created_table_properties(strategy: Option<MergeStrategy>) -> HashMap<String, 
 #[derive(Default)]
 struct WritePlan {
     write: Vec<usize>,
+    /// Some message is acknowledged as committed without being written.
+    acknowledges: bool,
     /// (position, position of its first copy)
     duplicates: Vec<(usize, usize)>,
     refused: Vec<(usize, Error)>,

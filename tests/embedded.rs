@@ -755,6 +755,14 @@ fn offsets_of_a_rolled_back_commit_are_never_acknowledged_unwritten() {
         }],
     ))
     .unwrap();
+    // Re-delivered at once (no commit in between): not acknowledged unwritten either.
+    let replay = write(5, 10);
+    assert!(
+        replay
+            .as_ref()
+            .map_or(true, |out| out.failures.iter().all(Option::is_some)),
+        "offsets 5..10 were acknowledged right after the rollback: {replay:?}"
+    );
     // The next commit meets the rollback and is refused.
     let next = write(10, 15);
     let refused = match &next {

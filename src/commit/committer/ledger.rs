@@ -56,10 +56,10 @@ impl Ledger {
     /// every decision until one that can is read.
     pub fn take_in(&mut self, record: Result<SourceOffsets>) {
         match record {
-            Ok(committed) => {
-                self.committed.union_with(&committed);
-                self.distrusted = None;
-            }
+            // A record trusted again after a distrusted one may hold less than the
+            // ledger learnt before (a repaired table): it replaces what the ledger knew.
+            Ok(committed) if self.distrusted.take().is_some() => self.committed = committed,
+            Ok(committed) => self.committed.union_with(&committed),
             Err(e) => {
                 if self.distrusted.is_none() {
                     tracing::warn!(
