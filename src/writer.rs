@@ -451,10 +451,16 @@ impl Writer {
             }
             *last = std::time::Instant::now();
         }
+        self.reload(ident, handle, "its key").await;
+    }
+
+    /// Loads the table afresh and hands it to the committer (for `why`); a failure is
+    /// only logged: the caller's next step fails as the stale view makes it.
+    async fn reload(&self, ident: &TableIdent, handle: &TableHandle, why: &str) {
         match self.catalog.load_table(ident).await {
             Ok(Some(table)) => handle.committer.adopt(table),
-            Ok(None) => tracing::debug!("reloading {ident} for its key: the table is gone"),
-            Err(e) => tracing::debug!("reloading {ident} for its key failed: {e}"),
+            Ok(None) => tracing::debug!("reloading {ident} for {why}: the table is gone"),
+            Err(e) => tracing::debug!("reloading {ident} for {why} failed: {e}"),
         }
     }
 
@@ -475,11 +481,7 @@ impl Writer {
             return planned;
         }
         drop(planned); // releases the claim
-        match self.catalog.load_table(ident).await {
-            Ok(Some(table)) => handle.committer.adopt(table),
-            Ok(None) => tracing::debug!("reloading {ident} for exactly-once: the table is gone"),
-            Err(e) => tracing::debug!("reloading {ident} for exactly-once failed: {e}"),
-        }
+        self.reload(ident, handle, "exactly-once").await;
         self.plan_exactly_once(handle, messages, idx)
     }
 

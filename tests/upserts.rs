@@ -2105,6 +2105,30 @@ fn write_modes_set_by_another_tool_mid_run_are_followed() {
     assert_eq!(rows, [(1, "b".to_string()), (2, "a".to_string())]);
 }
 
+/// `write.update.mode` and `write.delete.mode` set to `update` and `delete`.
+fn write_modes(update: &str, delete: &str) -> HashMap<String, String> {
+    HashMap::from([
+        ("write.update.mode".to_string(), update.to_string()),
+        ("write.delete.mode".to_string(), delete.to_string()),
+    ])
+}
+
+/// A writer on a table holding (t,1,"a") whose write modes differ, so that its upserts
+/// and deletes are refused (not as the messages' fault).
+fn writer_on_differing_write_modes(
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+) -> (Writer, Config) {
+    let config = embedded(dir, json!({}));
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    call(rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
+    let ident = table_ident("up", "t").unwrap();
+    let differing = write_modes("copy-on-write", "merge-on-read");
+    rt.block_on(writer_props(&w, &ident, differing));
+    drop(w);
+    (rt.block_on(Writer::open(config.clone())).unwrap(), config)
+}
+
 /// Messages of `batch` that failed for a reason not of their own, retried as the Go
 /// host does (only those, in order) until none is left or `tries` run out; returns the
 /// failures left.
@@ -2149,23 +2173,8 @@ fn retry_not_at_fault(
 fn a_refused_delete_holds_back_the_later_insert_of_its_key_until_the_table_is_fixed() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let config = embedded(dir.path(), json!({}));
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
-    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
+    let (w, config) = writer_on_differing_write_modes(&rt, dir.path());
     let ident = table_ident("up", "t").unwrap();
-    let modes = |update: &str, delete: &str| {
-        HashMap::from([
-            ("write.update.mode".to_string(), update.to_string()),
-            ("write.delete.mode".to_string(), delete.to_string()),
-        ])
-    };
-    rt.block_on(writer_props(
-        &w,
-        &ident,
-        modes("copy-on-write", "merge-on-read"),
-    ));
-    drop(w);
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
     let batch = [
         with_op("delete", r#"{"tenant":"t","id":1}"#),
         with_op("insert", r#"{"tenant":"t","id":1,"v":"c"}"#),
@@ -2184,7 +2193,7 @@ fn a_refused_delete_holds_back_the_later_insert_of_its_key_until_the_table_is_fi
     rt.block_on(writer_props(
         &w,
         &ident,
-        modes("merge-on-read", "merge-on-read"),
+        write_modes("merge-on-read", "merge-on-read"),
     ));
     let left = retry_not_at_fault(&rt, &w, &batch, 20);
     assert!(left.iter().all(Option::is_none), "{left:?}");
@@ -2202,30 +2211,15 @@ fn a_refused_delete_holds_back_the_later_insert_of_its_key_until_the_table_is_fi
 fn a_table_fixed_while_only_refused_upserts_wait_is_seen_by_their_retries() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let config = embedded(dir.path(), json!({}));
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
-    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
+    let (w, config) = writer_on_differing_write_modes(&rt, dir.path());
     let ident = table_ident("up", "t").unwrap();
-    let modes = |update: &str, delete: &str| {
-        HashMap::from([
-            ("write.update.mode".to_string(), update.to_string()),
-            ("write.delete.mode".to_string(), delete.to_string()),
-        ])
-    };
-    rt.block_on(writer_props(
-        &w,
-        &ident,
-        modes("copy-on-write", "merge-on-read"),
-    ));
-    drop(w);
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
     let batch = [with_op("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)];
     let out = rt.block_on(w.write_batch(&batch)).unwrap();
     assert!(out.failures[0].is_some(), "the upsert is refused");
     rt.block_on(writer_props(
         &w,
         &ident,
-        modes("copy-on-write", "copy-on-write"),
+        write_modes("copy-on-write", "copy-on-write"),
     ));
     let left = retry_not_at_fault(&rt, &w, &batch, 20);
     assert!(left.iter().all(Option::is_none), "{left:?}");
