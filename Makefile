@@ -3,7 +3,15 @@
 
 CARGO      ?= cargo
 GO         ?= go
-PYTHON     ?= python3
+# Python packages live in a virtual environment in .venv, made by the first target that
+# needs them from the system's python3; nothing is installed into the system Python.
+# Recipes, and the tests they start (which run `python3`), find the venv's Python first.
+SYSTEM_PYTHON ?= python3
+VENV       := $(CURDIR)/.venv
+PYTHON     := $(VENV)/bin/python
+export PATH := $(VENV)/bin:$(PATH)
+export PYTHON
+PREFIX     ?= /usr/local
 CBINDGEN_VERSION := 0.29.2
 FLOE_BIN   := go-shim/cmd/floe/floe
 FLOE_FP_BIN := go-shim/cmd/floe/floe-failpoints
@@ -16,10 +24,15 @@ E2E        := e2e
 # Go links libfloe.a by -l, and does not hash it: after a Rust-only change `go build`
 # keeps the old binary and `go test` its cached test binary. A stamp of the library's
 # contents in the link flags makes every change relink.
-LIB_STAMP   = -ldflags=-X=main.libfloeStamp=$(shell sha256sum $(LIB) | cut -c1-16)
-FP_STAMP    = -ldflags=-X=main.libfloeStamp=$(shell sha256sum $(FAILPOINT_LIB) | cut -c1-16)
+# `floe --version` names floe's version (Cargo.toml's) and the commit built.
+FLOE_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+FLOE_COMMIT  := $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD -- || c=$$c+changes; echo $$c; })
+FLOE_DATE    := $(shell git log -1 --format=%cs 2>/dev/null)
+VERSION_FLAGS = -X=main.floeVersion=$(FLOE_VERSION) -X=main.floeCommit=$(FLOE_COMMIT) -X=main.floeDate=$(FLOE_DATE)
+LIB_STAMP   = -ldflags="-X=main.libfloeStamp=$(shell sha256sum $(LIB) | cut -c1-16) $(VERSION_FLAGS)"
+FP_STAMP    = -ldflags="-X=main.libfloeStamp=$(shell sha256sum $(FAILPOINT_LIB) | cut -c1-16) $(VERSION_FLAGS)"
 
-.PHONY: run test lib bin go-deps bench-py-deps rust-test-then-go-deps header header-check py-deps rust-test abi-test go-test e2e-test reliability lint fmt clean \
+.PHONY: run test lib bin install docs go-deps bench-py-deps rust-test-then-go-deps header header-check py-deps rust-test abi-test go-test e2e-test reliability lint fmt clean \
 	bench bench-quick bench-deps bench-components bench-kafka
 
 # Only the static library: the release profile's fat LTO then optimises floe and every
@@ -47,6 +60,14 @@ $(FLOE_FP_BIN): $(FAILPOINT_LIB) $(shell find go-shim -name '*.go') go-shim/go.m
 
 bin: $(FLOE_BIN)
 
+## docs: the component reference pages (docs/components/*.md), from the registered specs.
+docs: $(FLOE_BIN)
+	./$(FLOE_BIN) docs --dir docs/components
+
+## install: the floe binary into $(PREFIX)/bin (default /usr/local; DESTDIR is honoured).
+install: $(FLOE_BIN)
+	install -D -m 755 $(FLOE_BIN) $(DESTDIR)$(PREFIX)/bin/floe
+
 # The Go that does not need libfloe: the host's packages and their dependencies, and
 # the standard library under cgocheck2 for the binding's tests, compiled into Go's build
 # cache, and fake-gcs-server for the GCS tests. `make test` builds it while the release
@@ -57,7 +78,10 @@ go-deps:
 	cd go-shim && GOEXPERIMENT=cgocheck2 $(GO) build $$($(call GO_DEPS,-test ./floe/))
 	cd $(E2E) && $(PYTHON) -c 'import services; services.fake_gcs_binary()'
 
-py-deps:
+$(PYTHON):
+	$(SYSTEM_PYTHON) -m venv $(VENV)
+
+py-deps: $(PYTHON)
 	$(PYTHON) $(E2E)/install_python_deps.py
 
 $(SINKBENCH): $(LIB) $(shell find go-shim -name '*.go') include/floe.h
@@ -122,7 +146,7 @@ rust-test: py-deps
 ## library under AddressSanitizer + UBSan, and an unoptimised build under valgrind
 ## memcheck; any finding fails. (Memcheck on the LTO build reports a conditional jump on
 ## uninitialised stack bytes inside the write call that the same code unoptimised does
-## not: see README, "Embedding from another Go host".)
+## not: see docs/embedding.md.)
 ABI_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -fno-omit-frame-pointer -Iinclude
 ABI_SYS    := -lm -ldl -lpthread
 abi-test: $(LIB)

@@ -1,4 +1,5 @@
-"""Installs the pinned Python packages the tests and readers use, if missing."""
+"""Installs the pinned Python packages the tests and readers use, if missing, into the
+virtual environment it runs in (`make py-deps` makes .venv and runs it there)."""
 import importlib.metadata
 import subprocess
 import sys
@@ -37,7 +38,14 @@ def missing(pinned):
     return out
 
 
+def in_virtual_environment():
+    return sys.prefix != sys.base_prefix
+
+
 def main():
+    if not in_virtual_environment():
+        sys.exit("install_python_deps.py installs into a virtual environment only, never into the "
+                 f"system Python ({sys.executable}): run `make py-deps`, which makes .venv")
     pinned = dict(PINNED, **(BENCH if "--bench" in sys.argv else {}))
     need = missing(pinned)
     if not need:

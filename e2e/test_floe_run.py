@@ -1,6 +1,7 @@
 """End to end through the real binary: `floe run` on YAML pipelines, read back by DuckDB."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -181,7 +182,7 @@ def test_unknown_fields_go_to_the_fallback_output_without_evolution(tmp_path):
     res = run_floe(tmp_path, pipeline(create, 1, 'root.id = 0\nroot.v = "x"\n', batch_size=250))
     assert res.returncode == 0, res.stderr[-3000:]
     # The input's batches go to the output as they are: with batching on the output
-    # as well, Benthos answers each input batch as a whole (see the README).
+    # as well, Benthos answers each input batch as a whole (see docs/failures.md).
     strict = f"""fallback:
   - iceberg:
       namespace: e2e
@@ -241,3 +242,22 @@ def test_explicit_types_from_metadata_and_a_mapping(tmp_path):
         f"SELECT count(*), sum(price)::VARCHAR, count(updated_at) "
         f"FROM iceberg_scan('{table.metadata_location}')").fetchone()
     assert row == (200, "2500.00", 100), row
+
+
+def test_the_binary_names_its_version_commit_and_documents_its_components(tmp_path):
+    """`floe --version` names floe's version (Cargo.toml's) and the commit built;
+    `floe create` shows the iceberg output's nested sections with their defaults; `floe
+    docs --check` finds the committed reference pages current."""
+    res = subprocess.run([FLOE, "--version"], capture_output=True, text=True, timeout=30)
+    version = re.search(r'^version = "(.*)"', open(os.path.join(ROOT, "Cargo.toml")).read(), re.M).group(1)
+    # The commit the binary was linked at (make relinks it when its sources change).
+    assert re.search(rf"floe {re.escape(version)} \(commit [0-9a-f]{{12}}", res.stdout), res.stdout
+    res = subprocess.run([FLOE, "create", "stdin//iceberg"], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert "    commit:\n      max_snapshot_age: 24h\n" in res.stdout, res.stdout
+    assert "catalog: {}" not in res.stdout and "commit: {}" not in res.stdout
+    res = subprocess.run([FLOE, "docs", "--check", "--dir", os.path.join(ROOT, "docs", "components")],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = subprocess.run([FLOE, "docs", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0 and sorted(os.listdir(tmp_path)) == ["iceberg.md", "kafka_franz.md", "prometheus.md"]

@@ -70,7 +70,7 @@ def with_dead_letter(iceberg_block, dlq_path):
 
     The iceberg block must not batch (batch at the input): Benthos turns the per-message
     errors of an output-level batch into one error for every message of each input batch
-    in it, so the fallback would receive whole input batches (see the README)."""
+    in it, so the fallback would receive whole input batches (see docs/failures.md)."""
     return ("fallback:\n"
             + textwrap.indent(iceberg_block, "    ").replace("    iceberg:", "  - iceberg:", 1)
             + "  - file:\n"

@@ -60,7 +60,7 @@ def test_without_a_workspace_the_harness_says_so_in_one_line():
 
 
 def test_the_command_line_runs_it_locally_with_its_own_services(tmp_path):
-    """`harness.py --local`, as the README gives it (tiny windows): it starts and stops
+    """`harness.py --local`, as docs/catalogs-and-storage.md gives it (tiny windows): it starts and stops
     its own services and writes its results."""
     out = tmp_path / "cli"
     res = subprocess.run([sys.executable, os.path.join(HERE, "harness.py"), "--local",

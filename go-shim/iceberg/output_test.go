@@ -31,6 +31,19 @@ iceberg:
 %s`, warehouse, extra)
 }
 
+// testPython is the Python with the test packages: $PYTHON (the Makefile exports its
+// virtual environment's), else the repository's .venv (after `make py-deps`), else python3.
+func testPython(here string) string {
+	if p := os.Getenv("PYTHON"); p != "" {
+		return p
+	}
+	venv := filepath.Join(here, "..", "..", ".venv", "bin", "python3")
+	if _, err := os.Stat(venv); err == nil {
+		return venv
+	}
+	return "python3"
+}
+
 // readCount reads the table back with pyiceberg (an independent reader).
 func readCount(t *testing.T, warehouse, table string) int {
 	t.Helper()
@@ -41,7 +54,7 @@ func readCount(t *testing.T, warehouse, table string) int {
 		"warehouse": "file://" + warehouse,
 		"table":     table,
 	})
-	out, err := exec.Command("python3", script, "pyiceberg-sql", string(args)).Output()
+	out, err := exec.Command(testPython(filepath.Dir(file)), script, "pyiceberg-sql", string(args)).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -149,7 +162,7 @@ func failedMessages(t *testing.T, batch service.MessageBatch, write func(service
 }
 
 // A message whose own metadata cannot give its position or its table fails alone, as
-// the README promises: the rest of its batch commits, and only it goes to a fallback.
+// docs/failures.md promises: the rest of its batch commits, and only it goes to a fallback.
 func TestAMessageWithoutItsPositionOrTableFailsAlone(t *testing.T) {
 	wh := t.TempDir()
 	out := newTestOutput(t, fmt.Sprintf(`catalog: {warehouse: %q}
@@ -310,10 +323,12 @@ func TestSpecDefaultsAreLibfloes(t *testing.T) {
 	}
 	// Optional sections stay out unless written (the host fills a section that has a
 	// field with a declared default).
-	if _, ok := got[fCatalog].(map[string]any)["auth"]; ok {
+	catalog, _ := got[fCatalog].(map[string]any)
+	if _, ok := catalog["auth"]; ok {
 		t.Fatalf("catalog.auth appeared unasked: %v", got)
 	}
-	if _, ok := got[fStorage].(map[string]any)["aws_s3"]; ok {
+	storage, _ := got[fStorage].(map[string]any)
+	if _, ok := storage["aws_s3"]; ok {
 		t.Fatalf("storage.aws_s3 appeared unasked: %v", got)
 	}
 	if got[fCaseSensitive] != want[fCaseSensitive] || got["schema_evolution"].(map[string]any)["unknown_fields"] != "error" {

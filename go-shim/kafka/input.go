@@ -49,8 +49,8 @@ kafka_timestamp_ms, kafka_tombstone_message, and every record header.`).
 				Description("Treat each entry of `topics` as a regular expression matched against the cluster's topics."),
 			service.NewStringField("consumer_group").Optional().
 				Description("A consumer group: partitions are balanced across its members, and offsets committed and resumed under its name."),
-			service.NewStringField("client_id").Default("floe").Advanced(),
-			service.NewStringField("rack_id").Default("").Advanced(),
+			service.NewStringField("client_id").Default("floe").Advanced().Description("The client id the brokers see (in their logs and quotas)."),
+			service.NewStringField("rack_id").Default("").Advanced().Description("The rack (e.g. availability zone) this host runs in, so brokers with `replica.selector.class` set can serve fetches from a replica in the same rack."),
 			service.NewBoolField("start_from_oldest").Default(true).
 				Description("With no committed offset, start from the oldest record (else from the newest)."),
 			service.NewIntField("checkpoint_limit").Default(1024).
@@ -63,9 +63,9 @@ kafka_timestamp_ms, kafka_tombstone_message, and every record header.`).
 				Description("How long the group waits for members to rejoin during a rebalance."),
 			service.NewDurationField("heartbeat_interval").Default("3s").Advanced().
 				Description("How often the member tells the group it is alive; well below session_timeout."),
-			service.NewStringField("fetch_max_bytes").Default("50MiB").Advanced(),
-			service.NewStringField("fetch_max_partition_bytes").Default("1MiB").Advanced(),
-			service.NewDurationField("fetch_max_wait").Default("500ms").Advanced(),
+			service.NewStringField("fetch_max_bytes").Default("50MiB").Advanced().Description("Most bytes one fetch response may hold, over all partitions (at most 1GiB)."),
+			service.NewStringField("fetch_max_partition_bytes").Default("1MiB").Advanced().Description("Most bytes one fetch returns for one partition."),
+			service.NewDurationField("fetch_max_wait").Default("500ms").Advanced().Description("How long a broker may wait for records before answering a fetch (at least 10ms)."),
 			service.NewTLSToggledField("tls"),
 			saslField(),
 			service.NewAutoRetryNacksToggleField(),

@@ -17,8 +17,8 @@ func saslField() *service.ConfigField {
 	return service.NewObjectListField("sasl",
 		service.NewStringEnumField("mechanism", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512").
 			Description("The SASL mechanism."),
-		service.NewStringField("username").Default(""),
-		service.NewStringField("password").Default("").Secret(),
+		service.NewStringField("username").Default("").Description("The SASL user name."),
+		service.NewStringField("password").Default("").Secret().Description("The SASL password (never printed, also not when the broker refuses it)."),
 	).Optional().Advanced().
 		Description("SASL mechanisms to try, in order.")
 }

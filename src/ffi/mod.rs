@@ -1,4 +1,4 @@
-//! The C ABI. Conventions (see README "Embedding"):
+//! The C ABI. Conventions (see docs/embedding.md):
 //!
 //! - Opaque handles come from `floe_*_new`/`floe_writer_open` and are released once with
 //!   the matching `floe_*_free`, which accepts NULL.

@@ -3,8 +3,8 @@
 //! it must become, a row of exact values or a refusal. Every accepted row is read back
 //! from Arrow and compared value by value, so a silent change (a rounded integer, a
 //! mangled escape, a value landing in the wrong column) fails as surely as a wrong
-//! accept/reject decision. The model's rules are floe's documented ones (README,
-//! "Schema evolution"): integers exact and in range, given as numbers or strings, whole
+//! accept/reject decision. The model's rules are floe's documented ones (docs/configuration.md,
+//! "How JSON becomes rows"): integers exact and in range, given as numbers or strings, whole
 //! numbers written `3.0` accepted; floats never infinite from a finite literal; decimals
 //! exact at their scale; strings only from JSON strings; a key twice in one object, bad
 //! UTF-8, nesting past `MAX_DEPTH` and anything that is not one JSON object refused.

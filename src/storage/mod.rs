@@ -142,7 +142,7 @@ fn azure_props(azure: &AzureConfig) -> crate::Result<HashMap<String, String>> {
                 "AccountName" => &mut account,
                 "AccountKey" => &mut key,
                 "SharedAccessSignature" => &mut sas,
-                // The endpoint comes from each abfss:// location (see the README).
+                // The endpoint comes from each abfss:// location (see docs/catalogs-and-storage.md).
                 "DefaultEndpointsProtocol" | "EndpointSuffix" => continue,
                 known @ ("BlobEndpoint" | "DfsEndpoint" | "QueueEndpoint" | "TableEndpoint"
                 | "FileEndpoint") => {

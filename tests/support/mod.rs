@@ -73,6 +73,19 @@ pub fn read_back(reader: &str, args: Value) -> Value {
     }
 }
 
+/// The Python with the test packages: `$PYTHON` (the Makefile exports its virtual
+/// environment's), else `.venv` in the repository (after `make py-deps`), else `python3`.
+pub fn python() -> String {
+    if let Ok(python) = std::env::var("PYTHON") {
+        return python;
+    }
+    let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python3");
+    if std::path::Path::new(venv).exists() {
+        return venv.into();
+    }
+    "python3".into()
+}
+
 /// A `read_table.py --serve` process. Its imports of DuckDB and pyiceberg take about
 /// 1.7 s, paid once per process instead of once per read; test threads take an idle
 /// one or start their own, so reads still run side by side. A server exits when its
@@ -97,8 +110,7 @@ impl ReadServer {
     fn start() -> Self {
         use std::process::Stdio;
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/read_table.py");
-        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-        let mut child = Command::new(python)
+        let mut child = Command::new(python())
             .arg(script)
             .arg("--serve")
             .stdin(Stdio::piped())
@@ -227,7 +239,7 @@ pub fn services() -> &'static Services {
     static SERVICES: OnceLock<Services> = OnceLock::new();
     SERVICES.get_or_init(|| {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/services.py");
-        let mut child = Command::new("python3")
+        let mut child = Command::new(python())
             .arg(script)
             .arg("serve")
             .arg("--parent-pid")

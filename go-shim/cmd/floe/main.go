@@ -2,7 +2,8 @@
 // `iceberg` output: `floe run pipeline.yaml`, `floe lint pipeline.yaml`.
 //
 // Both also check that keyed iceberg writes keep their order (see lintcheck): lint
-// fails (exit 1) with a lint line, run logs a warning and goes on.
+// fails (exit 1) with a lint line, run logs a warning and goes on. `floe docs` writes
+// the reference pages of floe's components (see docsgen).
 package main
 
 import (
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/floe-dev/floe/go-shim/docsgen"
 	_ "github.com/floe-dev/floe/go-shim/iceberg"
 	_ "github.com/floe-dev/floe/go-shim/kafka"
 	"github.com/floe-dev/floe/go-shim/lintcheck"
@@ -17,16 +19,50 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/urfave/cli/v2"
 )
 
 func main() {
 	// As service.RunCLI, plus the keyed-order check's exit code.
 	var keyedOrder lintcheck.Hook
-	code, err := service.RunCLIToCode(context.Background(), keyedOrder.CLIOpts()...)
+	opts := append(keyedOrder.CLIOpts(),
+		service.CLIOptSetProductName("floe"),
+		service.CLIOptSetBinaryName("floe"),
+		service.CLIOptSetVersion(versionText(), buildDate()),
+		service.CLIOptAddCommand(docsCommand()),
+	)
+	code, err := service.RunCLIToCode(context.Background(), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err.Error())
 	}
 	if code = keyedOrder.ExitCode(code); code != 0 {
 		os.Exit(code)
+	}
+}
+
+// docsCommand is `floe docs`: the reference pages of floe's components, written into a
+// folder (`--check` only reports the pages that differ, and exits 1 if any do).
+func docsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "docs",
+		Usage: "Write the reference pages of floe's components (iceberg, kafka_franz, prometheus) as markdown",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "dir", Value: "docs/components", Usage: "folder the pages are written to"},
+			&cli.BoolFlag{Name: "check", Usage: "write nothing; fail when a page differs from what the specs render"},
+		},
+		Action: func(c *cli.Context) error {
+			env, dir := service.GlobalEnvironment(), c.String("dir")
+			if !c.Bool("check") {
+				return docsgen.WriteAll(env, dir)
+			}
+			stale, err := docsgen.Drift(env, dir)
+			if err != nil {
+				return err
+			}
+			if len(stale) > 0 {
+				return cli.Exit(fmt.Sprintf("out of date (run `make docs`): %v", stale), 1)
+			}
+			return nil
+		},
 	}
 }
