@@ -26,6 +26,7 @@ var hostOnly = [][]string{
 	{fCommit, "exactly_once", "source"},
 	{fCommit, "exactly_once", "offset"},
 	{fEvolution, "new_column_type_mapping"},
+	{fPermanent},
 }
 
 // rustDefaults are libfloe's defaults, read once.

@@ -144,6 +144,7 @@ func ConfigSpec() *service.ConfigSpec {
 			service.NewObjectField(fJSON,
 				service.NewStringEnumField("epoch_unit", "s", "ms", "us", "ns").Default(def("json.epoch_unit")).Description("Unit of epoch numbers given for timestamp columns."),
 			).Description("How JSON values are read into columns."),
+			service.NewStringEnumField(fPermanent, permanentFail, permanentStop, permanentRetry).Default(permanentFail).Description("What a permanent error does: one that retrying the batch unchanged cannot cure (the catalog refuses the credentials (401/403) or the request, a table is missing and `schema_evolution` is off, the warehouse folder cannot be made, a table does not suit this config). `fail`: the batch fails with the error, as with any Benthos output: a fallback output receives it; without one the input's nack handling applies (most inputs deliver it again), and each failure is logged. `stop`: the host stops with exit code 1, acknowledging nothing it did not write. `retry`: the batch is retried until it commits, as through an outage (the error logged once per cause and again every 30 s). Outages, conflicts, commits of unknown outcome and storage refusals (which fresh credentials may cure) are always retried; messages that fail through their own fault always fail alone."),
 			service.NewIntField(fRuntime).Optional().Advanced().Description("Worker threads of floe's runtime, one per process: the first writer opened sets it (unset or 0: one per core)."),
 			service.NewOutputMaxInFlightField(),
 			service.NewBatchPolicyField(fBatching),
@@ -202,6 +203,14 @@ type output struct {
 
 	// Failures of whole calls (outages), for backoff and one log line per cause.
 	outage outage
+	// permanent_errors: fail, stop or retry.
+	permanent string
+	// The error of the last libfloe open, kept under permanent_errors fail or stop so
+	// that write calls fail with it.
+	openErr error
+	// Calls handed over and not yet answered; failed messages' log lines.
+	pending  pending
+	messages messageLog
 
 	// Mean JSON bytes per message of the last batch: sizes the next batch's buffer.
 	payloadSize atomic.Int64
@@ -277,6 +286,13 @@ type outage struct {
 
 // failed records a failure and logs it when its cause is new or the last line is old.
 func (o *outage) failed(err error, log *service.Logger) {
+	o.say(fmt.Sprintf("iceberg output: batch not written, retrying it (it is not routed to a fallback output): %v", err), err, log)
+}
+
+// say counts a failure and logs line when its cause (err's status) is new or the last
+// line is older than 30 s: an error repeated by every retry is one line, not one per
+// batch.
+func (o *outage) say(line string, err error, log *service.Logger) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.failures++
@@ -286,7 +302,7 @@ func (o *outage) failed(err error, log *service.Logger) {
 		what = fmt.Sprintf("status %d", fe.Status)
 	}
 	if what != o.lastWhat || time.Since(o.lastLog) > 30*time.Second {
-		log.Errorf("iceberg output: batch not written, retrying it (it is not routed to a fallback output): %v", err)
+		log.Error(line)
 		o.lastWhat, o.lastLog = what, time.Now()
 	}
 }
@@ -362,9 +378,14 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	if conf.Contains(fCaseSensitive) {
 		caseSensitive, _ = conf.FieldBool(fCaseSensitive)
 	}
+	permanent, err := conf.FieldString(fPermanent)
+	if err != nil {
+		return nil, err
+	}
 	forwardLibfloeLogs(mgr.Logger())
 	m := mgr.Metrics()
 	return &output{
+		permanent:      permanent,
 		typesMeta:      typesMeta,
 		requireMeta:    requireMeta,
 		caseSensitive:  caseSensitive,
@@ -393,6 +414,18 @@ func (o *output) Connect(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	err := o.open()
+	if err != nil && isPermanent(err) && o.permanent != permanentRetry {
+		// The host would retry Connect for ever: write calls fail with the error
+		// instead (to a fallback output), or the host stops.
+		o.permanentFailure(ctx, err)
+		return nil
+	}
+	return err
+}
+
+// open opens libfloe's writer unless it is open. Its error is kept for write calls.
+func (o *output) open() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.writer != nil {
@@ -402,9 +435,10 @@ func (o *output) Connect(ctx context.Context) error {
 	if err != nil {
 		// A plain error: the host logs it (which URL, what failed) and retries with
 		// backoff. Wrapping ErrNotConnected would lose the message.
-		return fmt.Errorf("iceberg output cannot open libfloe: %w", err)
+		o.openErr = fmt.Errorf("iceberg output cannot open libfloe: %w", err)
+		return o.openErr
 	}
-	o.writer = w
+	o.writer, o.openErr = w, nil
 	o.log.Infof("iceberg output connected")
 	return nil
 }
@@ -498,11 +532,28 @@ func (o *output) positions(batch service.MessageBatch, failures []error) ([]stri
 }
 
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+	err := o.writeBatch(ctx, batch)
+	o.finished(batch, err, ctx.Err() != nil)
+	return err
+}
+
+func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) error {
 	o.mu.RLock()
 	w := o.writer
 	o.mu.RUnlock()
 	if w == nil {
-		return service.ErrNotConnected
+		// Connect left it closed for a permanent error: open again (it may be fixed),
+		// else fail the call with the error.
+		if err := o.open(); err != nil {
+			if isPermanent(err) && o.permanent != permanentRetry {
+				o.permanentFailure(ctx, err)
+				return err
+			}
+			return service.ErrNotConnected
+		}
+		o.mu.RLock()
+		w = o.writer
+		o.mu.RUnlock()
 	}
 	// failures[i] != nil: message i failed, through its own fault, before or in the call.
 	failures := make([]error, len(batch))
@@ -563,6 +614,11 @@ func (o *output) write(ctx context.Context, w *floe.Writer, b floe.Batch) ([]err
 	o.writeLatency.Timing(nowNanos() - start)
 	if err != nil {
 		o.commitFailures.Incr(1)
+		if isPermanent(err) && o.permanent != permanentRetry {
+			// Nothing was committed: the host gets the error for the whole batch.
+			o.permanentFailure(ctx, err)
+			return nil, err
+		}
 		if retryWhole(err) {
 			// Storage, catalog, auth, conflicts, unknown outcomes, and nothing was
 			// committed: not the messages' fault. ErrNotConnected makes the host retry
@@ -671,6 +727,12 @@ func (o *output) retryNotAtFault(ctx context.Context, w *floe.Writer, full floe.
 		if len(retry) == 0 {
 			return failures, nil
 		}
+		if cause := o.permanentAmong(failures, retry); cause != nil {
+			// These messages fail, each with its error (those held back behind the
+			// refused one too, so none commits out of its order), and the host gets them.
+			o.permanentFailure(ctx, cause)
+			return failures, nil
+		}
 		o.commitFailures.Incr(1)
 		o.outage.failed(failures[retry[0]], o.log)
 		// This call's own backoff: other calls succeeding meanwhile do not reset it.
@@ -695,6 +757,20 @@ func (o *output) retryNotAtFault(ctx context.Context, w *floe.Writer, full floe.
 			failures[i] = renumbered(res.Failures[j], j, i)
 		}
 	}
+}
+
+// permanentAmong is the first permanent error among the failures at idx, nil when
+// there is none or permanent errors are retried.
+func (o *output) permanentAmong(failures []error, idx []int) error {
+	if o.permanent == permanentRetry {
+		return nil
+	}
+	for _, i := range idx {
+		if isPermanent(failures[i]) {
+			return failures[i]
+		}
+	}
+	return nil
 }
 
 // renumbered gives a failure of message j of a call on part of a batch the index the
@@ -769,12 +845,22 @@ func (o *output) batchError(batch service.MessageBatch, failures []error) error 
 		if f == nil {
 			continue
 		}
+		o.messages.failed(o.log, i, len(batch), f, payloadOf(batch[i]))
 		if batchErr == nil {
 			batchErr = service.NewBatchError(batch, fmt.Errorf("%d of %d messages failed: %w", failed, len(batch), f))
 		}
 		batchErr = batchErr.Failed(i, f)
 	}
 	return batchErr
+}
+
+// payloadOf is a message's bytes for a log line (nil when it has none).
+func payloadOf(m *service.Message) []byte {
+	b, err := m.AsBytes()
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // retryWhole tells whether a failed call should be retried as a whole by the host: every
@@ -788,6 +874,7 @@ func retryWhole(err error) bool {
 }
 
 func (o *output) Close(ctx context.Context) error {
+	o.reportUnwritten()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.writer != nil {

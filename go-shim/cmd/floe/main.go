@@ -12,7 +12,7 @@ import (
 	"os"
 
 	"github.com/floe-dev/floe/go-shim/docsgen"
-	_ "github.com/floe-dev/floe/go-shim/iceberg"
+	"github.com/floe-dev/floe/go-shim/iceberg"
 	_ "github.com/floe-dev/floe/go-shim/kafka"
 	"github.com/floe-dev/floe/go-shim/lintcheck"
 	_ "github.com/floe-dev/floe/go-shim/prometheus"
@@ -31,9 +31,17 @@ func main() {
 		service.CLIOptSetVersion(versionText(), buildDate()),
 		service.CLIOptAddCommand(docsCommand()),
 	)
-	code, err := service.RunCLIToCode(context.Background(), opts...)
+	// `permanent_errors: stop` cancels this context: Benthos stops as on ctrl-C.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	iceberg.SetStopHost(stop)
+	code, err := service.RunCLIToCode(ctx, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err.Error())
+	}
+	if code == 0 {
+		// A permanent error stopped the host, or messages were left unwritten.
+		code = iceberg.ExitCode()
 	}
 	if code = keyedOrder.ExitCode(code); code != 0 {
 		os.Exit(code)
