@@ -19,5 +19,6 @@ pub mod rowops;
 pub mod stats;
 pub mod storage;
 mod sync;
+pub mod table;
 pub mod write;
 pub mod writer;

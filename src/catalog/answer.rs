@@ -458,7 +458,7 @@ mod tests {
 
     #[test]
     fn a_commit_applied_locally_agrees_only_with_an_answer_that_matches_it() {
-        use crate::commit::refs::table_refs;
+        use crate::catalog::refs::table_refs;
         use iceberg::spec::{SnapshotReference, SnapshotRetention};
         let base: TableMetadata =
             serde_json::from_str(include_str!("../commit/testdata/two_snapshots.json")).unwrap();
@@ -535,7 +535,7 @@ mod tests {
 
     #[test]
     fn refs_carried_over_drop_what_a_removal_or_expiry_drops() {
-        use crate::commit::refs::table_refs;
+        use crate::catalog::refs::table_refs;
         use iceberg::spec::{SnapshotReference, SnapshotRetention};
         // The fixture's snapshot log is empty, which a removal refuses: log both.
         let mut json: serde_json::Value =

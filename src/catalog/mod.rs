@@ -9,6 +9,7 @@
 
 pub mod answer;
 mod aws_chain;
+pub mod refs;
 pub mod rest;
 mod sigv4;
 pub mod sql;
@@ -81,7 +82,7 @@ impl LoadedTable {
     /// whole metadata (see `commit::refs`); a commit applied locally carries them over.
     pub fn refs(&self) -> Option<&Refs> {
         self.refs
-            .get_or_init(|| crate::commit::refs::table_refs(&self.metadata))
+            .get_or_init(|| crate::catalog::refs::table_refs(&self.metadata))
             .as_ref()
     }
 }

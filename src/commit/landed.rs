@@ -13,9 +13,9 @@ use std::collections::HashSet;
 use iceberg::io::FileIO;
 use iceberg::spec::{FormatVersion, TableMetadata};
 
-use super::manifest_cache::ManifestCache;
 use super::snapshot::{ManifestListCache, current_manifests};
 use crate::error::Result;
+use crate::table::manifest_cache::ManifestCache;
 
 /// An attempt whose request reached (or may have reached) the catalog.
 #[derive(Debug, Clone, Copy)]

@@ -15,11 +15,7 @@
 pub mod committer;
 pub mod expire;
 pub mod landed;
-pub mod manifest_cache;
-pub mod manifest_writer;
-pub mod merge;
 pub mod offsets;
-pub mod refs;
 pub mod snapshot;
 pub mod staging;
 

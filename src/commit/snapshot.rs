@@ -29,14 +29,14 @@ use iceberg::spec::{
 use iceberg::{TableRequirement, TableUpdate};
 use uuid::Uuid;
 
-use super::manifest_cache::{ManifestCache, WrittenEntry};
-use super::manifest_writer::write_manifest;
-use super::merge::{MergePolicy, merge_manifests};
 use super::offsets::{
     MAX_RANGES, SourceOffsets, WRITER_ID_SUMMARY, committed_offsets, property_key, record_value,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::rowops::removal::{RemoveKeys, Removed, remove_touched_rows};
+use crate::table::manifest_cache::{ManifestCache, write_manifest};
+use crate::table::manifest_writer::WrittenEntry;
+use crate::table::merge::{MergePolicy, merge_manifests};
 
 /// Summary key holding the id of the floe commit that produced a snapshot.
 pub const COMMIT_ID_PROPERTY: &str = "floe.commit-id";
@@ -384,7 +384,7 @@ fn offsets_update(
     }))
 }
 
-pub use super::refs::table_refs;
+pub use crate::catalog::refs::table_refs;
 
 /// Main's retention settings, kept when the branch moves.
 fn main_retention(refs: Option<&Refs>) -> SnapshotRetention {

@@ -14,14 +14,14 @@ pub mod plan;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use iceberg::spec::{FormatVersion, NestedFieldRef, PrimitiveType, TableMetadata, Type};
+use iceberg::spec::{FormatVersion, PrimitiveType, TableMetadata, Type};
 use iceberg::{TableIdent, TableRequirement, TableUpdate};
 use serde_json::Value;
 
 use crate::catalog::{Catalog, LoadedTable};
 use crate::error::{Error, ErrorKind, Result};
 use crate::rowops::keys::column_named;
-use crate::shred::infer::TypeHints;
+use crate::shred::infer::{TypeHints, nested};
 pub use plan::{Evolution, plan};
 
 /// Schema commits tried before the evolution fails (each conflict means another writer
@@ -62,21 +62,6 @@ pub fn compatible(metadata: &TableMetadata, schema_id: i32) -> bool {
                         && same_or_promoted(&field.field_type, &now.field_type)
                 })
             })
-}
-
-/// A field and every field nested in it.
-pub(crate) fn nested(field: &NestedFieldRef) -> Vec<NestedFieldRef> {
-    let mut out = vec![field.clone()];
-    match field.field_type.as_ref() {
-        Type::Struct(s) => s.fields().iter().for_each(|f| out.extend(nested(f))),
-        Type::List(l) => out.extend(nested(&l.element_field)),
-        Type::Map(m) => {
-            out.extend(nested(&m.key_field));
-            out.extend(nested(&m.value_field));
-        }
-        Type::Primitive(_) => {}
-    }
-    out
 }
 
 /// Whether a value of type `old` reads as `now`: the same kind of nested type (their

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use crate::commit::manifest_cache::ManifestCache;
+use crate::table::manifest_cache::ManifestCache;
 use arrow_array::BooleanArray;
 use arrow_schema::SchemaRef;
 use arrow_select::filter::filter_record_batch;
@@ -22,8 +22,8 @@ use uuid::Uuid;
 use super::conform::conform;
 use super::lookup::{Hit, has_live_files, open_data_file, unreadable};
 use super::removal::Removed;
-use crate::commit::merge::rewrite as rewrite_manifest;
 use crate::error::{Error, Result};
+use crate::table::merge::rewrite as rewrite_manifest;
 use crate::write::{DataFileSink, FileSettings};
 
 /// Refuses tables copy-on-write cannot rewrite correctly.

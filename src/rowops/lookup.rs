@@ -22,8 +22,8 @@ use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use super::conform::conform;
 use super::keys::KeyColumns;
-use crate::commit::manifest_cache::ManifestCache;
 use crate::error::{Error, ErrorKind, Result};
+use crate::table::manifest_cache::{KeySignature, ManifestCache};
 
 /// The touched keys, as rows of `converter`, and how to find them in a data file.
 pub struct KeyProbe<'a> {
@@ -54,7 +54,7 @@ pub async fn find_touched_rows(
     cache: &ManifestCache,
     probe: &KeyProbe<'_>,
 ) -> Result<Vec<Hit>> {
-    let signature = KeySignature::of(probe.keys);
+    let signature = key_signature(probe.keys);
     let mut touched_hashes: Vec<u64> = probe.touched.iter().map(|r| key_hash(*r)).collect();
     touched_hashes.sort_unstable();
     let mut live = HashSet::new();
@@ -101,21 +101,15 @@ pub async fn find_touched_rows(
     Ok(hits)
 }
 
-/// What key hashes were computed for: the key's field ids and their Arrow types (a key
-/// column promoted from int to long encodes, and hashes, differently).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeySignature(Vec<(i32, DataType)>);
-
-impl KeySignature {
-    fn of(keys: &KeyColumns) -> Self {
-        KeySignature(
-            keys.field_ids
-                .iter()
-                .zip(keys.arrow.fields())
-                .map(|(&id, f)| (id, f.data_type().clone()))
-                .collect(),
-        )
-    }
+/// The signature of the key columns the hashes are computed over.
+fn key_signature(keys: &KeyColumns) -> KeySignature {
+    KeySignature(
+        keys.field_ids
+            .iter()
+            .zip(keys.arrow.fields())
+            .map(|(&id, f)| (id, f.data_type().clone()))
+            .collect(),
+    )
 }
 
 /// Whether two sorted hash lists share a value: each of the shorter one is looked up in

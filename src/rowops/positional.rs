@@ -20,8 +20,8 @@ use iceberg::spec::{
 
 use super::lookup::{Hit, has_live_files, load, open_data_file, unreadable};
 use super::removal::Removed;
-use crate::commit::manifest_cache::ManifestCache;
 use crate::error::{Error, Result};
+use crate::table::manifest_cache::ManifestCache;
 use crate::write::{
     DELETE_FILE_PATH_FIELD_ID, DeletedRows, FileSettings, write_position_delete_files,
 };

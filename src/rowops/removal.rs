@@ -19,8 +19,8 @@ use uuid::Uuid;
 use super::keys::KeyColumns;
 use super::lookup::{KeyProbe, KeyRanges, find_touched_rows};
 use super::{cow, positional};
-use crate::commit::manifest_cache::ManifestCache;
 use crate::error::Result;
+use crate::table::manifest_cache::ManifestCache;
 use crate::write::FileSettings;
 
 /// How the old rows of touched keys leave the table.

@@ -104,7 +104,7 @@ pub fn nanosecond_field(schema: &Schema) -> Option<String> {
         .as_struct()
         .fields()
         .iter()
-        .flat_map(crate::evolve::nested)
+        .flat_map(nested)
         .find(|f| {
             matches!(
                 f.field_type.as_ref(),
@@ -253,6 +253,21 @@ impl Shape {
             }
         })
     }
+}
+
+/// A field and every field nested in it.
+pub(crate) fn nested(field: &NestedFieldRef) -> Vec<NestedFieldRef> {
+    let mut out = vec![field.clone()];
+    match field.field_type.as_ref() {
+        Type::Struct(s) => s.fields().iter().for_each(|f| out.extend(nested(f))),
+        Type::List(l) => out.extend(nested(&l.element_field)),
+        Type::Map(m) => {
+            out.extend(nested(&m.key_field));
+            out.extend(nested(&m.value_field));
+        }
+        Type::Primitive(_) => {}
+    }
+    out
 }
 
 /// Whether two field names are the same under the configured matching.

@@ -148,7 +148,7 @@ impl Refresher {
             };
             tracing::warn!("refreshing storage credentials for {ident}: {failure}");
             attempt += 1;
-            let wait = super::stage::backoff(attempt).max(MIN_INTERVAL);
+            let wait = super::backoff::backoff(attempt).max(MIN_INTERVAL);
             tokio::select! {
                 _ = self.view.closed() => return None,
                 _ = tokio::time::sleep(wait) => {}

@@ -26,6 +26,7 @@
 //!   takes;
 //! - `credentials`: keeping the table's vended storage credentials fresh.
 
+mod backoff;
 mod credentials;
 mod encode;
 mod ledger;
@@ -42,7 +43,6 @@ use iceberg::spec::DataFile;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::expire::Retention;
-use super::manifest_cache::ManifestCache;
 use super::offsets::{SourceOffsets, committed_offsets};
 use super::staging::StagedFile;
 use crate::catalog::Catalog;
@@ -51,6 +51,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::rowops::KeyColumns;
 use crate::rowops::removal::Removal;
 use crate::stats::WriterStats;
+use crate::table::manifest_cache::ManifestCache;
 
 use encode::encode_loop;
 pub use ledger::{Claim, Claimed, Ledger, Verdict};

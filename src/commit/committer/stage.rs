@@ -11,6 +11,7 @@ use iceberg::TableIdent;
 use iceberg::spec::{DataFile, TableMetadata, TableMetadataRef};
 use tokio::sync::{mpsc, watch};
 
+use super::backoff::{backoff, conflict_backoff};
 use super::credentials::Refusals;
 use super::schedule::Pace;
 use super::view::{publish_table, same_for_writers, take_in_offsets};
@@ -18,7 +19,6 @@ use super::{Committed, CommitterOptions, EncodedGroup, Ledger, TableView, fail_a
 use crate::catalog::{Catalog, LoadedTable};
 use crate::commit::expire::{delete_unreachable, expired_refs, expired_snapshots, removal_request};
 use crate::commit::landed::{SentAttempt, find_landed, history_lost};
-use crate::commit::manifest_cache::ManifestCache;
 use crate::commit::offsets::{SourceOffsets, record_snapshot_id};
 use crate::commit::snapshot::{
     Attempt, Cached, ManifestListCache, Rebase, SnapshotChanges, find_commit, prepare_snapshot,
@@ -26,6 +26,7 @@ use crate::commit::snapshot::{
 use crate::commit::staging::{StagedFile, Staging, upload};
 use crate::error::{Error, ErrorKind, Result};
 use crate::rowops::removal::RemoveKeys;
+use crate::table::manifest_cache::ManifestCache;
 
 /// Splits encoded groups into the runs that may share a snapshot. A group with deletes
 /// starts a new one: its deletes must apply to the rows of the groups before it, and
@@ -47,25 +48,6 @@ pub(super) fn one_snapshot_each(groups: Vec<EncodedGroup>) -> Vec<Vec<EncodedGro
         }
     }
     runs
-}
-
-/// Backoff before retry `attempt` (1-based): full jitter over 50 ms · 2^attempt, capped
-/// at 5 s, so racing writers spread out instead of colliding again.
-pub(super) fn backoff(attempt: u32) -> Duration {
-    full_jitter(50, attempt, 5_000)
-}
-
-/// Backoff before conflict retry `n` (1-based): a rebase is cheap and the winner has
-/// already moved on, so full jitter over 20 ms · 2^n, capped at 1 s.
-pub(super) fn conflict_backoff(n: u32) -> Duration {
-    full_jitter(20, n, 1_000)
-}
-
-/// A random wait up to `base_ms` · 2^`n` (exponent capped at 7), at most `cap_ms`.
-pub(super) fn full_jitter(base_ms: u64, n: u32, cap_ms: u64) -> Duration {
-    let ceiling_ms = (base_ms << n.min(7)).min(cap_ms);
-    let jitter = uuid::Uuid::new_v4().as_u64_pair().0 % (ceiling_ms + 1);
-    Duration::from_millis(jitter)
 }
 
 /// A commit answer counts only if the table's main branch is the snapshot just

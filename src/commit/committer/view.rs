@@ -11,12 +11,12 @@ use tokio::sync::watch;
 
 use super::{CommitterOptions, Ledger};
 use crate::catalog::LoadedTable;
-use crate::commit::merge::MergePolicy;
 use crate::commit::offsets::{OFFSETS_PROPERTY_PREFIX, committed_offsets};
 use crate::config::MergeStrategy;
 use crate::error::{Error, Result};
 use crate::rowops::KeyColumns;
 use crate::sync::LockExt;
+use crate::table::merge::MergePolicy;
 use crate::write::{FileSettings, file_settings};
 
 /// The committer's table as write calls need it; shared read-only with them. Its

@@ -23,9 +23,40 @@ use iceberg::spec::{
     SchemaRef, TableMetadata, Type, UNASSIGNED_SEQUENCE_NUMBER,
 };
 
-use super::manifest_cache::{ManifestCache, WrittenEntry};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sync::LockExt;
+
+/// One entry of a manifest this writer wrote, as written: before the snapshot id and
+/// sequence numbers an ADDED entry inherits from the manifest list.
+#[derive(Debug, Clone)]
+pub struct WrittenEntry {
+    pub status: ManifestStatus,
+    pub snapshot_id: Option<i64>,
+    pub sequence_number: Option<i64>,
+    pub file_sequence_number: Option<i64>,
+    pub data_file: DataFile,
+}
+
+impl WrittenEntry {
+    /// The entry as a reader sees it through `listed` (its manifest list entry), by the
+    /// spec's inheritance rules: a missing snapshot id is the manifest's; missing
+    /// sequence numbers of ADDED entries (and of any entry of a manifest whose list
+    /// sequence number is 0, i.e. from v1) are the manifest's.
+    pub fn inherited(&self, listed: &ManifestFile) -> WrittenEntry {
+        let inherits = self.status == ManifestStatus::Added || listed.sequence_number == 0;
+        let or_listed = |n: Option<i64>| match n {
+            None if inherits => Some(listed.sequence_number),
+            n => n,
+        };
+        WrittenEntry {
+            status: self.status,
+            snapshot_id: self.snapshot_id.or(Some(listed.added_snapshot_id)),
+            sequence_number: or_listed(self.sequence_number),
+            file_sequence_number: or_listed(self.file_sequence_number),
+            data_file: self.data_file.clone(),
+        }
+    }
+}
 
 /// The headers this writer has built, one per schema, partition spec and content (a
 /// table has a handful over its life: each schema change adds one or two).
@@ -156,26 +187,9 @@ fn encodes(ty: &PrimitiveType) -> bool {
     )
 }
 
-/// Writes `entries` as one manifest of `content` under `spec` at `path` (for the commit
-/// of snapshot `snapshot_id`) and returns its manifest list entry. Entries are written
-/// as given: an ADDED entry without sequence numbers inherits them from the manifest
-/// list. The cache remembers them, so a later merge need not read the manifest back.
-pub(crate) async fn write_manifest(
-    metadata: &TableMetadata,
-    (file_io, cache): (&FileIO, &ManifestCache),
-    path: &str,
-    snapshot_id: i64,
-    (content, spec): (ManifestContentType, &PartitionSpec),
-    entries: Vec<WrittenEntry>,
-) -> Result<ManifestFile> {
-    let io = (file_io, cache.headers());
-    let manifest =
-        write_entries(metadata, io, path, snapshot_id, (content, spec), &entries).await?;
-    cache.remember_written(metadata.format_version(), path, entries);
-    Ok(manifest)
-}
-
-async fn write_entries(
+/// Writes `entries` as one manifest (see [`crate::table::manifest_cache::write_manifest`],
+/// which also remembers them) and returns its manifest list entry.
+pub(crate) async fn write_entries(
     metadata: &TableMetadata,
     (file_io, headers): (&FileIO, &ManifestHeaders),
     path: &str,
@@ -777,15 +791,15 @@ mod tests {
         entries: &[WrittenEntry],
     ) {
         let io = FileIO::new_with_memory();
-        let cache = ManifestCache::default();
+        let headers = ManifestHeaders::default();
         let spec = metadata.partition_spec_by_id(spec_id).unwrap();
-        let ours = write_manifest(
+        let ours = write_entries(
             metadata,
-            (&io, &cache),
+            (&io, &headers),
             "memory:/t/ours.avro",
             9,
             (content, spec),
-            entries.to_vec(),
+            entries,
         )
         .await
         .unwrap();
@@ -893,9 +907,8 @@ mod tests {
         // A decimal partition field, and a v1 and a v3 table.
         let metadata = table(2);
         let spec = metadata.partition_spec_by_id(1).unwrap();
-        let cache = ManifestCache::default();
-        let header = cache
-            .headers()
+        let headers = ManifestHeaders::default();
+        let header = headers
             .header(metadata.current_schema(), spec, ManifestContentType::Data)
             .await
             .unwrap();
@@ -932,18 +945,18 @@ mod tests {
             let spec = metadata.default_partition_spec().as_ref();
             let entries = [entry(ManifestStatus::Added, None, data)];
             let content = (ManifestContentType::Data, spec);
-            write_manifest(
+            write_entries(
                 &metadata,
-                (&io, &cache),
+                (&io, &headers),
                 "memory:/t/v.avro",
                 9,
                 content,
-                entries.to_vec(),
+                &entries,
             )
             .await
             .unwrap();
             assert!(
-                cache.headers().known.locked().is_empty(),
+                headers.known.locked().is_empty(),
                 "v{version} went to floe's encoder"
             );
             let data = file(
@@ -966,22 +979,19 @@ mod tests {
         let metadata = table(2);
         let spec = metadata.default_partition_spec().as_ref();
         let schema = metadata.current_schema();
-        let cache = ManifestCache::default();
-        let data = cache
-            .headers()
+        let headers = ManifestHeaders::default();
+        let data = headers
             .header(schema, spec, ManifestContentType::Data)
             .await
             .unwrap()
             .unwrap();
-        let again = cache
-            .headers()
+        let again = headers
             .header(schema, spec, ManifestContentType::Data)
             .await
             .unwrap()
             .unwrap();
         assert!(Arc::ptr_eq(&data, &again), "built once");
-        let deletes = cache
-            .headers()
+        let deletes = headers
             .header(schema, spec, ManifestContentType::Deletes)
             .await
             .unwrap()
@@ -994,8 +1004,7 @@ mod tests {
                 .build()
                 .unwrap(),
         );
-        let other = cache
-            .headers()
+        let other = headers
             .header(&evolved, spec, ManifestContentType::Data)
             .await
             .unwrap()
@@ -1010,18 +1019,18 @@ mod tests {
     async fn entries_that_iceberg_rust_refuses_are_refused() {
         let metadata = table(2);
         let io = FileIO::new_with_memory();
-        let cache = ManifestCache::default();
+        let headers = ManifestHeaders::default();
         let spec = metadata.default_partition_spec().as_ref();
         let write = |entries: Vec<WrittenEntry>, content| {
-            let (io, cache, metadata) = (&io, &cache, &metadata);
+            let (io, headers, metadata) = (&io, &headers, &metadata);
             async move {
-                write_manifest(
+                write_entries(
                     metadata,
-                    (io, cache),
+                    (io, headers),
                     "memory:/t/x.avro",
                     9,
                     (content, spec),
-                    entries,
+                    &entries,
                 )
                 .await
             }
@@ -1092,15 +1101,15 @@ mod tests {
         let io = FileIO::new_with_memory();
         let spec = metadata.default_partition_spec().as_ref();
         let entries = [entry(ManifestStatus::Existing, Some(1), old)];
-        let cache = ManifestCache::default();
+        let headers = ManifestHeaders::default();
         let path = "memory:/t/widened.avro";
-        let listed = write_manifest(
+        let listed = write_entries(
             &metadata,
-            (&io, &cache),
+            (&io, &headers),
             path,
             9,
             (ManifestContentType::Data, spec),
-            entries.to_vec(),
+            &entries,
         )
         .await
         .unwrap();

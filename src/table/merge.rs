@@ -32,8 +32,8 @@ use iceberg::spec::{
 };
 use uuid::Uuid;
 
-use super::manifest_cache::{ManifestCache, WrittenEntry};
-use super::manifest_writer::write_manifest;
+use super::manifest_cache::{ManifestCache, write_manifest};
+use super::manifest_writer::WrittenEntry;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How many manifests of a level above 0 merge into one of the next level (fewer when

@@ -16,15 +16,24 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use arrow_schema::DataType;
 use iceberg::io::FileIO;
-use iceberg::spec::{DataFile, FormatVersion, Manifest, ManifestFile, ManifestStatus};
+use iceberg::spec::{
+    DataFile, FormatVersion, Manifest, ManifestContentType, ManifestFile, PartitionSpec,
+    TableMetadata,
+};
 
-use super::manifest_writer::ManifestHeaders;
-use crate::rowops::lookup::KeySignature;
+use super::manifest_writer::{ManifestHeaders, WrittenEntry, write_entries};
+use crate::error::Result;
 use crate::sync::LockExt;
 
 /// Estimated bytes cached at most per table.
 const MAX_CACHED_BYTES: usize = 64 << 20;
+
+/// What key hashes were computed for: the key's field ids and their Arrow types (a key
+/// column promoted from int to long encodes, and hashes, differently).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySignature(pub Vec<(i32, DataType)>);
 
 #[derive(Default)]
 pub struct ManifestCache {
@@ -42,38 +51,6 @@ const MAX_WRITTEN_ENTRIES: usize = 200;
 /// At most this many manifests' entries are remembered: a head lists about a hundred,
 /// and attempts that never land (a catalog outage) must not pile up until one does.
 const MAX_WRITTEN_MANIFESTS: usize = 1_000;
-
-/// One entry of a manifest this writer wrote, as written: before the snapshot id and
-/// sequence numbers an ADDED entry inherits from the manifest list.
-#[derive(Debug, Clone)]
-pub struct WrittenEntry {
-    pub status: ManifestStatus,
-    pub snapshot_id: Option<i64>,
-    pub sequence_number: Option<i64>,
-    pub file_sequence_number: Option<i64>,
-    pub data_file: DataFile,
-}
-
-impl WrittenEntry {
-    /// The entry as a reader sees it through `listed` (its manifest list entry), by the
-    /// spec's inheritance rules: a missing snapshot id is the manifest's; missing
-    /// sequence numbers of ADDED entries (and of any entry of a manifest whose list
-    /// sequence number is 0, i.e. from v1) are the manifest's.
-    pub fn inherited(&self, listed: &ManifestFile) -> WrittenEntry {
-        let inherits = self.status == ManifestStatus::Added || listed.sequence_number == 0;
-        let or_listed = |n: Option<i64>| match n {
-            None if inherits => Some(listed.sequence_number),
-            n => n,
-        };
-        WrittenEntry {
-            status: self.status,
-            snapshot_id: self.snapshot_id.or(Some(listed.added_snapshot_id)),
-            sequence_number: or_listed(self.sequence_number),
-            file_sequence_number: or_listed(self.file_sequence_number),
-            data_file: self.data_file.clone(),
-        }
-    }
-}
 
 /// Estimated bytes of key hashes cached at most per table (8 per row: ~16M rows).
 const MAX_KEY_HASH_BYTES: usize = 128 << 20;
@@ -258,9 +235,29 @@ fn estimated_size(manifest: &Manifest) -> usize {
     4096 + schema + entries
 }
 
+/// Writes `entries` as one manifest of `content` under `spec` at `path` (for the commit
+/// of snapshot `snapshot_id`) and returns its manifest list entry. Entries are written
+/// as given: an ADDED entry without sequence numbers inherits them from the manifest
+/// list. The cache remembers them, so a later merge need not read the manifest back.
+pub(crate) async fn write_manifest(
+    metadata: &TableMetadata,
+    (file_io, cache): (&FileIO, &ManifestCache),
+    path: &str,
+    snapshot_id: i64,
+    (content, spec): (ManifestContentType, &PartitionSpec),
+    entries: Vec<WrittenEntry>,
+) -> Result<ManifestFile> {
+    let io = (file_io, cache.headers());
+    let manifest =
+        write_entries(metadata, io, path, snapshot_id, (content, spec), &entries).await?;
+    cache.remember_written(metadata.format_version(), path, entries);
+    Ok(manifest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iceberg::spec::ManifestStatus;
     use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat};
 
     fn listed(sequence_number: i64, added_snapshot_id: i64) -> ManifestFile {
@@ -269,7 +266,7 @@ mod tests {
             sequence_number,
             min_sequence_number: sequence_number,
             added_snapshot_id,
-            ..crate::commit::merge::tests::manifest(1)
+            ..crate::table::merge::tests::manifest(1)
         }
     }
 

@@ -1,0 +1,7 @@
+//! The table model below row operations and the committer: manifests as floe writes
+//! them (its own Avro encoder), the per-table cache of manifests and key hashes, and
+//! manifest merging and rewriting.
+
+pub mod manifest_cache;
+pub mod manifest_writer;
+pub mod merge;
