@@ -91,17 +91,6 @@ impl MergeStrategy {
             MergeStrategy::MergeOnRead | MergeStrategy::MergeOnReadPositional => "merge-on-read",
         }
     }
-
-    /// How the commit stage removes the old rows of touched keys; `None` when the
-    /// delete files written with the data do it (equality deletes).
-    pub fn removal(self) -> Option<crate::rowops::removal::Removal> {
-        use crate::rowops::removal::Removal;
-        match self {
-            MergeStrategy::MergeOnRead => None,
-            MergeStrategy::CopyOnWrite => Some(Removal::Rewrite),
-            MergeStrategy::MergeOnReadPositional => Some(Removal::PositionDeletes),
-        }
-    }
 }
 
 fn yes() -> bool {
@@ -838,7 +827,9 @@ pub enum CatalogKind {
 }
 
 impl Config {
-    /// Parses and validates a config; the error lists every problem (see [`Self::problems`]).
+    /// Parses a config and checks what it alone can say (see [`Self::problems`]); the
+    /// error lists every problem. The whole check, also of what the catalog and storage
+    /// code must say (names, CA files, buckets), is `crate::validate::config_from_json`.
     pub fn from_json(text: &str) -> Result<Self> {
         Self::parse(text)
             .map_err(|problems| Error::config(format!("invalid config: {}", problems.join("; "))))
@@ -852,21 +843,27 @@ impl Config {
     }
 
     fn parse(text: &str) -> std::result::Result<Self, Vec<String>> {
+        let (config, problems) = Self::parse_with_problems(text)?;
+        match problems.is_empty() {
+            true => Ok(config),
+            false => Err(problems),
+        }
+    }
+
+    /// The config as parsed, with the problems its values have that need nothing but
+    /// the config to see (checks that need the catalog or storage code are in
+    /// `crate::validate`); `Err` when it does not parse at all.
+    pub fn parse_with_problems(
+        text: &str,
+    ) -> std::result::Result<(Self, Vec<String>), Vec<String>> {
         let tree: serde_json::Value =
             serde_json::from_str(text).map_err(|e| vec![format!("the config is not JSON: {e}")])?;
-        let mut problems = Vec::new();
         match serde_path_to_error::deserialize::<_, Config>(tree) {
             Ok(config) => {
-                problems.extend(config.invalid_values());
-                match problems.is_empty() {
-                    true => Ok(config),
-                    false => Err(problems),
-                }
+                let problems = config.invalid_values();
+                Ok((config, problems))
             }
-            Err(e) => {
-                problems.push(describe_type_error(&e));
-                Err(problems)
-            }
+            Err(e) => Err(vec![describe_type_error(&e)]),
         }
     }
 
@@ -932,24 +929,7 @@ impl Config {
                 ));
             }
         }
-        // Static names are checked here; interpolated ones, per message.
-        if let Some(ns) = &self.namespace
-            && let Err(e) = crate::catalog::parse_namespace(ns)
-        {
-            problems.push(e.message().to_string());
-        }
-        if let Some(table) = &self.table
-            && let Err(e) = crate::catalog::table_ident("ns", table)
-        {
-            problems.push(e.message().to_string());
-        }
         if let Err(e) = self.catalog_kind() {
-            problems.push(e.message().to_string());
-        }
-        // A missing or unreadable CA file is found by lint, not at the first connect.
-        if let Some(path) = &self.catalog.tls_root_cas_file
-            && let Err(e) = crate::catalog::rest::root_cas(path)
-        {
             problems.push(e.message().to_string());
         }
         let parquet = &self.parquet;
@@ -1032,16 +1012,8 @@ impl Config {
             problems.push(format!("identifier_fields: {name:?} is not a column name"));
         }
         problems.extend(self.schema_evolution.problems(self.case_sensitive_columns));
-        if let Err(e) = crate::storage::file_io_props(&self.storage) {
-            problems.push(e.message().to_string());
-        }
         match self.catalog_kind() {
             Ok(CatalogKind::Embedded { .. }) => {
-                let warehouse = crate::storage::location_url(self.warehouse_or_default())
-                    .and_then(|w| crate::storage::check_bucket(&self.storage, &w));
-                if let Err(e) = warehouse {
-                    problems.push(format!("catalog.warehouse: {}", e.message()));
-                }
                 problems.extend(self.rest_only_settings().into_iter().map(|field| {
                     format!(
                         "catalog.{field}: only a REST catalog uses it, and catalog.url names \
@@ -1221,7 +1193,6 @@ mod tests {
     fn problems_name_their_fields_and_are_all_reported() {
         let problems = Config::problems(
             r#"{"catalog": {"url": "http://127.0.0.1:1", "auth": {"aws_sigv4": {"region": "x", "credentials": {"id": "", "secret": "s"}}}},
-                "storage": {"gcp_cloud_storage": {"credentials_type": "service_account"}},
                 "commit": {"max_snapshots": 0}}"#,
         );
         assert_eq!(
@@ -1229,7 +1200,6 @@ mod tests {
             [
                 "commit.max_snapshots must be greater than 0",
                 "catalog.auth.aws_sigv4.credentials: id and secret must both be set (leave credentials out to use the environment or ~/.aws/credentials)",
-                "storage.gcp_cloud_storage.credentials_type: service_account needs credentials_file or credentials_json",
             ]
         );
         let problems = Config::problems(r#"{"commit": {"max_group_rows": 0, "linger": "soon"}}"#);
@@ -1403,18 +1373,6 @@ mod tests {
             problems.iter().all(|p| !p.contains("SECRET")),
             "{problems:?}"
         );
-    }
-
-    #[test]
-    fn a_static_name_that_is_no_folder_name_is_a_config_problem() {
-        let problems = Config::problems(r#"{"namespace": "a.b/c", "table": "../t"}"#);
-        assert_eq!(problems.len(), 2, "{problems:?}");
-        assert!(
-            problems[0].contains("a/c") || problems[0].contains("b/c"),
-            "{problems:?}"
-        );
-        assert!(problems[1].contains("\"../t\""), "{problems:?}");
-        assert!(Config::problems(r#"{"namespace": "a.b", "table": "t"}"#).is_empty());
     }
 
     #[test]

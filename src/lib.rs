@@ -20,5 +20,6 @@ pub mod stats;
 pub mod storage;
 mod sync;
 pub mod table;
+pub mod validate;
 pub mod write;
 pub mod writer;

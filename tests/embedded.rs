@@ -603,7 +603,7 @@ fn a_configured_bucket_refuses_a_warehouse_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
     let config = serde_json::json!({"catalog": {"warehouse": dir.path().join("wh").to_str().unwrap()},
         "storage": {"aws_s3": {"bucket": "lake"}}});
-    let e = floe::config::Config::from_json(&config.to_string()).unwrap_err();
+    let e = floe::validate::config_from_json(&config.to_string()).unwrap_err();
     assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
     assert!(
         e.to_string().contains("\"lake\"") && e.to_string().contains("file://"),

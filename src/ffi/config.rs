@@ -27,7 +27,7 @@ pub unsafe extern "C" fn floe_config_check(
         // SAFETY: the caller guarantees `config_len` readable bytes.
         let bytes = unsafe { std::slice::from_raw_parts(config_json, config_len) };
         let text = std::str::from_utf8(bytes).map_err(|_| invalid("config is not UTF-8"))?;
-        match Config::problems(text) {
+        match crate::validate::problems(text) {
             problems if problems.is_empty() => Ok(()),
             problems => Err((FloeStatus::Config, problems.join("\n"))),
         }

@@ -8,7 +8,6 @@ use tokio::runtime::Runtime;
 use tokio::sync::Notify;
 
 use super::{FloeStatus, borrow, fail, ffi_boundary, free_handle, into_handle, invalid, store};
-use crate::config::Config;
 use crate::error::{Error, ErrorKind};
 use crate::writer::{Message, Writer};
 
@@ -161,7 +160,7 @@ pub unsafe extern "C" fn floe_writer_open(
         // SAFETY: the caller guarantees `config_len` readable bytes.
         let bytes = unsafe { std::slice::from_raw_parts(config_json, config_len) };
         let text = std::str::from_utf8(bytes).map_err(|_| invalid("config is not UTF-8"))?;
-        let config = Config::from_json(text).map_err(fail)?;
+        let config = crate::validate::config_from_json(text).map_err(fail)?;
         let rt = runtime(config.runtime_threads.filter(|&n| n > 0))?;
         let writer = rt.block_on(Writer::open(config)).map_err(fail)?;
         let handle = into_handle(FloeWriter {

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::conform::conform;
 use super::lookup::{Hit, has_live_files, open_data_file, unreadable};
-use super::removal::Removed;
+use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::merge::rewrite as rewrite_manifest;
 use crate::write::{DataFileSink, FileSettings};

@@ -16,6 +16,7 @@ pub mod keys;
 pub mod lookup;
 pub mod positional;
 pub mod removal;
+pub mod removed;
 pub mod resolve;
 
 pub use keys::KeyColumns;

@@ -19,7 +19,7 @@ use iceberg::spec::{
 };
 
 use super::lookup::{Hit, has_live_files, load, open_data_file, unreadable};
-use super::removal::Removed;
+use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::manifest_cache::ManifestCache;
 use crate::write::{

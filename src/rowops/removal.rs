@@ -8,53 +8,17 @@
 //! again from the new head: a row is never lost or resurrected.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
-use arrow_array::RecordBatch;
 use arrow_row::Row;
 use iceberg::io::FileIO;
-use iceberg::spec::{DataFile, ManifestFile, TableMetadata};
+use iceberg::spec::{ManifestFile, TableMetadata};
 use uuid::Uuid;
 
-use super::keys::KeyColumns;
 use super::lookup::{KeyProbe, KeyRanges, find_touched_rows};
+pub use super::removed::{Removal, RemoveKeys, Removed};
 use super::{cow, positional};
 use crate::error::Result;
 use crate::table::manifest_cache::ManifestCache;
-use crate::write::FileSettings;
-
-/// How the old rows of touched keys leave the table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Removal {
-    /// Copy-on-write: the files holding them are rewritten without them.
-    Rewrite,
-    /// Positional merge-on-read: their positions are written as position deletes.
-    PositionDeletes,
-}
-
-/// What a commit removes: every row of the head with one of `touched`'s keys.
-#[derive(Clone)]
-pub struct RemoveKeys {
-    pub keys: Arc<KeyColumns>,
-    /// The keys the commit upserts or deletes (key schema, once each).
-    pub touched: RecordBatch,
-    pub settings: FileSettings,
-    pub by: Removal,
-}
-
-/// One attempt's removals.
-#[derive(Default)]
-pub struct Removed {
-    /// The head's manifests, with each one that held a rewritten file replaced by a copy
-    /// marking it DELETED.
-    pub manifests: Vec<ManifestFile>,
-    /// Rewritten (removed) data files, with the partition spec id of their manifest.
-    pub removed: Vec<(DataFile, i32)>,
-    /// The remaining rows of the rewritten files.
-    pub added: Vec<DataFile>,
-    /// Position-delete files for the touched rows.
-    pub position_deletes: Vec<DataFile>,
-}
 
 /// Removes, for a snapshot `snapshot_id` on top of `metadata`'s head (whose manifests
 /// are `carried`), the rows with any of the touched keys. Every file it writes is

@@ -513,15 +513,6 @@ mod bucket_tests {
         assert!(check_bucket(&with.storage, "s3://lakehouse/t").is_err());
         let without = Config::from_json("{}").unwrap();
         assert!(check_bucket(&without.storage, "file:///tmp/wh/t").is_ok());
-        // An embedded warehouse outside the bucket is a config problem, found before any
-        // catalog is opened.
-        let problems = Config::problems(
-            r#"{"catalog": {"warehouse": "/tmp/wh"}, "storage": {"aws_s3": {"bucket": "lake"}}}"#,
-        );
-        assert!(
-            problems[0].starts_with("catalog.warehouse: storage.aws_s3.bucket is \"lake\""),
-            "{problems:?}"
-        );
     }
 }
 

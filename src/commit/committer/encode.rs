@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 use crate::commit::staging::{STAGE_MAX_INPUT_BYTES, StagedFile, Staging};
 use crate::config::MergeStrategy;
 use crate::error::{Error, ErrorKind, Result};
+use crate::rowops::removal::Removal;
 use crate::rowops::resolve::resolve_group;
 use crate::write::{write_data_files, write_equality_delete_files};
 
@@ -104,7 +105,7 @@ pub(super) async fn encode_loop(
         tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
         match written {
             Ok((data_files, delete_files, staged)) => {
-                let touched = match (&current.keys, deletes, current.strategy.removal()) {
+                let touched = match (&current.keys, deletes, Removal::of(current.strategy)) {
                     (Some(keys), Some(deletes), Some(by)) => Some((deletes, keys.clone(), by)),
                     _ => None,
                 };
@@ -169,7 +170,7 @@ pub(super) async fn write_group(
     let data_files = write_data_files(batches, metadata, io, &view.settings).await?;
     let delete_files = match (deletes, &view.keys) {
         // Copy-on-write and positional remove rows at commit time instead.
-        _ if merge_strategy.removal().is_some() => Vec::new(),
+        _ if Removal::of(merge_strategy).is_some() => Vec::new(),
         (Some(keys), Some(columns)) => {
             write_equality_delete_files(keys, columns, metadata, io, &view.settings).await?
         }
