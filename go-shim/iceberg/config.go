@@ -14,8 +14,10 @@ import (
 // libfloe owns the config: its defaults, its validation and the table of fields floe
 // refuses. The output declares the fields (for the host's docs and type checks), takes
 // their defaults from libfloe, and hands libfloe the whole section except what the host
-// evaluates itself (hostOnly). Lint and start-up ask libfloe the same question, so
-// `floe lint` and `floe run` print the same lines.
+// evaluates itself (hostOnly). Lint and start-up check the section against the spec
+// first (lint_types.go: unknown keys, enum values, types, durations, each named by its
+// path), take those values out, and ask libfloe about the rest: the same question, so
+// `floe lint` and `floe run` print the same lines, all of them.
 
 // hostOnly are the fields the output evaluates per message or hands to the host; the
 // rest of the section goes to libfloe as written.
@@ -88,11 +90,12 @@ func plainNumbers(v any) any {
 // lintMethod names the Bloblang method the spec's lint rule calls.
 const lintMethod = "floe_iceberg_config_problems"
 
-// registerConfigLint adds the method the lint rule uses to ask libfloe about a config
-// as written. Registered before the spec is built (the rule is parsed then).
+// registerConfigLint adds the method the lint rule uses to check a config as written
+// (against the spec, then by libfloe). Registered before the spec is built (the rule
+// is parsed then).
 func registerConfigLint() {
 	spec := bloblang.NewPluginSpec().
-		Description("libfloe's problems with an iceberg output config, one string each.")
+		Description("The problems with an iceberg output config (the spec's, then libfloe's), one string each.")
 	err := bloblang.RegisterMethodV2(lintMethod, spec, func(*bloblang.ParsedParams) (bloblang.Method, error) {
 		return func(v any) (any, error) {
 			section, ok := v.(map[string]any)
@@ -111,8 +114,8 @@ func registerConfigLint() {
 	}
 }
 
-// checkedConfig is libfloe's JSON config for a parsed section, or the problems libfloe
-// has with it, as lint printed them.
+// checkedConfig is libfloe's JSON config for a parsed section, or every problem with
+// it, as lint printed them (joined by "; ").
 func checkedConfig(conf *service.ParsedConfig) ([]byte, error) {
 	section, err := conf.FieldAny()
 	if err != nil {
@@ -126,14 +129,26 @@ func checkedConfig(conf *service.ParsedConfig) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := libfloeConfig(fields, maxInFlight)
-	if err != nil {
-		return nil, err
-	}
-	if problems := append(namingProblems(fields), floe.CheckConfig(cfg)...); len(problems) > 0 {
+	cfg, problems := checkSection(fields, maxInFlight)
+	if len(problems) > 0 {
 		return nil, errors.New(strings.Join(problems, "; "))
 	}
 	return cfg, nil
+}
+
+// checkSection is libfloe's JSON config for a section and every problem with it: what
+// the spec refuses, then what libfloe says about the rest. The refused values are taken
+// out first, as libfloe's parse stops at the first value it cannot take.
+func checkSection(section map[string]any, maxInFlight int) ([]byte, []string) {
+	refused := typeProblems(section)
+	problems := problemTexts(refused)
+	cfg, err := libfloeConfig(withoutProblems(section, refused), maxInFlight)
+	if err != nil {
+		return nil, append(problems, err.Error())
+	}
+	// The section as written: a namespace refused for its type is not also "empty".
+	problems = append(problems, namingProblems(section)...)
+	return cfg, append(problems, floe.CheckConfig(cfg)...)
 }
 
 // namingProblems: the host names every message's table from `namespace` and `table`,
@@ -156,13 +171,13 @@ func namingProblems(section map[string]any) []string {
 	return problems
 }
 
-// configProblems is what libfloe says about a section, [] when nothing.
+// configProblems is every problem with a section (checkSection), [] when none.
 func configProblems(section map[string]any, maxInFlight int) []string {
-	cfg, err := libfloeConfig(section, maxInFlight)
-	if err != nil {
-		return []string{err.Error()}
+	_, problems := checkSection(section, maxInFlight)
+	if problems == nil {
+		return []string{}
 	}
-	return append(namingProblems(section), floe.CheckConfig(cfg)...)
+	return problems
 }
 
 // libfloeConfig is the section without the host's fields, as JSON. A namespace or table
