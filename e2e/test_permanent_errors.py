@@ -1,9 +1,10 @@
 """Permanent errors (ones a retry of the same batch cannot cure) stop or say so, per class:
 a warehouse folder that cannot be made, a missing table without schema evolution, a
-catalog that refuses the credentials (401). Under `permanent_errors: fail` (the default)
-the batch fails with the error, so a fallback output receives every message; under
-`stop` the host exits 1 at once, acknowledging nothing; under `retry` it keeps retrying,
-and a host stopped then says how many messages it left unwritten and exits non-zero."""
+catalog that refuses the credentials (401). Under `permanent_errors: retry` (the
+default) the host keeps retrying, and a host stopped then says how many messages it left
+unwritten and exits non-zero; under `fail` the batch fails with the error, so a fallback
+output receives every message; under `stop` the host exits 1 at once, acknowledging
+nothing."""
 import http.server
 import json
 import os
@@ -100,8 +101,8 @@ CASES = ["warehouse", "missing-table", "catalog-401"]
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_by_default_a_permanent_error_fails_the_batch_to_the_fallback_output(tmp_path, case, refusing_catalog):
-    proc = start(tmp_path, pipeline(tmp_path, case, refusing_catalog, None, fallback=True))
+def test_under_fail_a_permanent_error_fails_the_batch_to_the_fallback_output(tmp_path, case, refusing_catalog):
+    proc = start(tmp_path, pipeline(tmp_path, case, refusing_catalog, "fail", fallback=True))
     rc = finish(proc, 120)
     log = (tmp_path / "floe.log").read_text()
     assert rc == 0, log[-3000:]
@@ -124,12 +125,15 @@ def test_under_stop_a_permanent_error_stops_the_host_with_exit_code_1(tmp_path, 
     assert time.time() - started < 40
     stop_lines = [line for line in log.splitlines() if "stopping the host (permanent_errors: stop)" in line]
     assert stop_lines and CAUSE[case] in stop_lines[0], log[-3000:]
+    # Nothing unwritten is acknowledged, not even to the fallback output.
+    dead = tmp_path / "dead-letters.ndjson"
+    assert not dead.exists() or dead.read_text() == "", dead.read_text()[:500]
 
 
 @pytest.mark.parametrize("case", ["missing-table", "catalog-401"])
-def test_under_retry_the_host_keeps_retrying_and_routes_nothing_to_the_fallback(
+def test_by_default_the_host_keeps_retrying_and_routes_nothing_to_the_fallback(
         tmp_path, case, refusing_catalog):
-    proc = start(tmp_path, pipeline(tmp_path, case, refusing_catalog, "retry", fallback=True))
+    proc = start(tmp_path, pipeline(tmp_path, case, refusing_catalog, None, fallback=True))
     assert finish(proc, 6) is None, "the host exited while retrying"
     log = (tmp_path / "floe.log").read_text()
     # A write retried, or (when the catalog refuses the first request) the host's own

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 // Bumped whenever a signature or struct layout in `floe.h` changes incompatibly.
-#define FLOE_ABI_VERSION 5
+#define FLOE_ABI_VERSION 6
 
 // Result of every fallible call. Numbers are stable; new ones are only appended.
 enum floe_status
@@ -88,6 +88,9 @@ typedef struct floe_batch {
   // none), same layout as `data`; may be NULL.
   const uint8_t *types;
   const size_t *type_offsets;
+  // The call's place in arrival order, from `floe_writer_arrive` (the same for each
+  // retry of the call's messages), or 0 for a call that keeps no order.
+  uint64_t call;
 } floe_batch;
 
 // What a writer has committed since it was opened, over all its tables.
@@ -192,6 +195,23 @@ floe_status floe_writer_open(const uint8_t *config_json,
                              size_t config_len,
                              struct floe_writer **writer_out,
                              struct floe_error **err_out);
+
+// Takes a place in arrival order for a call (and its retries): a key's upserts and
+// deletes in calls that arrived so apply in that order, however the calls overlap (see
+// `FloeBatch::call`). Give the ticket back with `floe_writer_depart` when the call is
+// over, written or given up: until then the calls after it wait for its rows. Returns 0
+// for a NULL writer.
+//
+// # Safety
+// `writer` must be NULL or a live writer.
+uint64_t floe_writer_arrive(const struct floe_writer *writer);
+
+// Gives back a ticket of `floe_writer_arrive`: the calls after it no longer wait for it.
+// 0 and NULL are accepted.
+//
+// # Safety
+// `writer` must be NULL or a live writer.
+void floe_writer_depart(const struct floe_writer *writer, uint64_t call);
 
 // Closes and frees a writer. Data of calls that returned is already committed. NULL is
 // accepted.

@@ -29,6 +29,7 @@ use crate::commit::committer::{
     check_merge_on_read_keys,
 };
 use crate::commit::offsets::SourceOffsets;
+use crate::commit::order::{Ticket, UNORDERED};
 use crate::config::{CatalogKind, Config, MergeStrategy, UnknownFieldPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::evolve;
@@ -166,6 +167,7 @@ impl Writer {
             parquet: config.parquet.clone(),
             callers: config.max_in_flight,
             stats: Arc::default(),
+            order: Arc::default(),
             storage_props: io_props,
         });
         Ok(Writer {
@@ -174,6 +176,18 @@ impl Writer {
             options,
             tables: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// A call that keeps its place in arrival order: each key's operations in the calls
+    /// that arrived so (through every retry, with [`Self::write_call`]) apply in that
+    /// order. Every ticket must be given back with [`Self::depart`] when the call is over.
+    pub fn arrive(&self) -> Ticket {
+        self.options.order.arrive()
+    }
+
+    /// The call of `ticket` is over: later calls no longer wait for it.
+    pub fn depart(&self, ticket: Ticket) {
+        self.options.order.depart(ticket)
     }
 
     /// Whether `commit.exactly_once` is on (messages' positions are then recorded).
@@ -256,6 +270,20 @@ impl Writer {
         messages: &[Message<'_>],
         failed: Vec<Option<Error>>,
     ) -> Result<BatchOutcome> {
+        self.write_call(UNORDERED, messages, failed).await
+    }
+
+    /// [`Self::write_batch_after`] for a call that arrived with `ticket` (see
+    /// [`Self::arrive`]; [`UNORDERED`] keeps no order). Its rows for each table are handed
+    /// to the table after those of every call that arrived before it, and commit after
+    /// them; a retry (the messages it failed, not at their fault) under the same ticket
+    /// keeps the call's place.
+    pub async fn write_call(
+        &self,
+        ticket: Ticket,
+        messages: &[Message<'_>],
+        failed: Vec<Option<Error>>,
+    ) -> Result<BatchOutcome> {
         assert_eq!(failed.len(), messages.len(), "one entry per message");
         let mut failures = failed;
         let mut groups: HashMap<TableIdent, Vec<usize>> = HashMap::new();
@@ -288,9 +316,17 @@ impl Writer {
                 }
             }
         }
+        self.options.order.attempt(ticket, groups.keys());
         let results =
             futures::future::join_all(groups.into_iter().map(|(ident, idx)| async move {
-                let result = self.write_group(&ident, messages, &idx).await;
+                let result = self.write_group(ticket, &ident, messages, &idx).await;
+                match &result {
+                    Ok(group) if !group.retry_left => self.options.order.settle(ticket, &ident),
+                    Err(e) if e.kind() == ErrorKind::Data => {
+                        self.options.order.settle(ticket, &ident)
+                    }
+                    _ => self.options.order.unsettle(ticket, &ident),
+                }
                 (ident, idx, result)
             }))
             .await;
@@ -370,6 +406,7 @@ impl Writer {
 
     async fn write_group(
         &self,
+        ticket: Ticket,
         ident: &TableIdent,
         messages: &[Message<'_>],
         idx: &[usize],
@@ -402,7 +439,7 @@ impl Writer {
             let (claim, plan) = self.plan_checked(ident, &handle, messages, idx).await?;
             let may_evolve = reshreds < MAX_RESHREDS;
             let result = self
-                .shred_and_submit(&handle, claim, messages, idx, &plan, may_evolve)
+                .shred_and_submit(ticket, &handle, claim, messages, idx, &plan, may_evolve)
                 .await;
             match result {
                 Err(e) if e.kind() == ErrorKind::SchemaChanged && reshreds < MAX_RESHREDS => {
@@ -415,6 +452,10 @@ impl Writer {
         if let Err(e) = &result
             && (e.kind() == ErrorKind::NotFound || handle.committer.is_stopped())
         {
+            if handle.committer.is_stopped() {
+                // Rows handed to it are lost with it: those after them wait for retries.
+                self.options.order.overtake(ident);
+            }
             self.forget_table(ident, &handle).await;
         }
         let mut group = result?;
@@ -431,7 +472,14 @@ impl Writer {
         }
         group.failures.extend(plan.conflicting);
         // A message whose offset another call is still committing is not at fault
-        // (kind Unavailable): retried, it is acknowledged once that commit lands.
+        // (kind Unavailable): retried, it is acknowledged once that commit lands. That
+        // call writes it, so this one holds nobody back for it (were it to, a later
+        // call holding the offset while it waits for this one would wait for ever).
+        group.retry_left = plan.refused.is_empty()
+            && group
+                .failures
+                .iter()
+                .any(|(_, e)| e.kind() != ErrorKind::Data);
         group.failures.extend(plan.refused);
         Ok(group)
     }
@@ -534,8 +582,10 @@ impl Writer {
         Ok((claim, plan))
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn shred_and_submit(
         &self,
+        ticket: Ticket,
         handle: &TableHandle,
         claim: Claim,
         messages: &[Message<'_>],
@@ -672,6 +722,7 @@ impl Writer {
                 committed: false,
                 counts_snapshot: false,
                 failures,
+                retry_left: false,
             });
         }
         let mut offsets = SourceOffsets::default();
@@ -692,12 +743,20 @@ impl Writer {
             offsets,
         };
         failpoint::hit(failpoint::names::BEFORE_SUBMIT);
-        let committed = handle.committer.submit(claim, submission).await?;
+        // Messages held back to be retried (not those another call is committing): the
+        // calls after this one wait for them (see `commit::order`).
+        let complete =
+            !plan.refused.is_empty() || failures.iter().all(|(_, e)| e.kind() == ErrorKind::Data);
+        let committed = handle
+            .committer
+            .submit(ticket, complete, claim, submission)
+            .await?;
         Ok(GroupResult {
             rows,
             committed: true,
             counts_snapshot: committed.counts_snapshot,
             failures,
+            retry_left: false,
         })
     }
 
@@ -1126,6 +1185,9 @@ struct GroupResult {
     counts_snapshot: bool,
     /// (position within the group, error) for messages that were not shredded.
     failures: Vec<(usize, Error)>,
+    /// Some messages failed not at their fault and are to be retried under the call's
+    /// ticket: the calls after it wait for them.
+    retry_left: bool,
 }
 
 /// What [`shred_guarded`] made of some of a group's messages.

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use floe::catalog::table_ident;
 use floe::config::Config;
 use floe::writer::{Message, Writer};
-use futures::TryStreamExt;
 use iceberg::TableUpdate;
 use iceberg::spec::{
     FormatVersion, ManifestContentType, ManifestList, ManifestStatus, Schema, Transform,
@@ -17,22 +16,7 @@ use iceberg::spec::{
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use support::{merge, read_back, runtime, services};
-
-/// A small deterministic generator (xorshift64*), so a failure replays exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use support::{Rng, merge, read_back, runtime, scan_columns, services};
 
 /// What the table must hold: key → its rows' values (several only after inserts).
 type Model = BTreeMap<(String, i64), Vec<String>>;
@@ -109,73 +93,6 @@ fn scanned(rt: &tokio::runtime::Runtime, writer: &Writer, io: &floe::config::Con
 }
 
 /// The config's table as iceberg-rust's scan reads it: `columns` of each row, as JSON objects.
-fn scan_columns(
-    rt: &tokio::runtime::Runtime,
-    writer: &Writer,
-    io: &floe::config::Config,
-    columns: &[&str],
-) -> Vec<Value> {
-    let ident = floe::catalog::table_ident(
-        io.namespace.as_deref().unwrap(),
-        io.table.as_deref().unwrap(),
-    )
-    .unwrap();
-    let loaded = rt
-        .block_on(writer.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
-    let mut props = floe::storage::file_io_props(&io.storage).unwrap();
-    props.extend(loaded.io_props.clone());
-    let table = iceberg::table::Table::builder()
-        .metadata(loaded.metadata.clone())
-        .identifier(ident)
-        .file_io(floe::storage::build_file_io(props))
-        .metadata_location(loaded.metadata_location.clone().unwrap())
-        .runtime(iceberg::Runtime::new(rt))
-        .build()
-        .unwrap();
-    // iceberg-rust 0.10.1's scan was seen to hang (parked, no CPU) on a table with many
-    // small delete files, about once in a dozen suite runs, and once to fail when its
-    // equality-delete loader task panicked (delete_filter.rs:259, a dropped sender); the
-    // same scan started again finishes. One more try, then fail instead of stalling the
-    // suite. The retry reads the same committed snapshot, so it hides no writer fault.
-    let batches: Vec<arrow_array::RecordBatch> = rt.block_on(async {
-        for attempt in 0..2 {
-            let scan = async {
-                table
-                    .scan()
-                    .select(columns.iter().copied())
-                    .build()
-                    .unwrap()
-                    .to_arrow()
-                    .await?
-                    .try_collect::<Vec<_>>()
-                    .await
-            };
-            match tokio::time::timeout(std::time::Duration::from_secs(60), scan).await {
-                Ok(Ok(batches)) => return batches,
-                Ok(Err(e)) if attempt == 0 => {
-                    eprintln!("iceberg-rust's scan failed ({e}); scanning again")
-                }
-                Ok(Err(e)) => panic!("iceberg-rust's scan failed twice: {e}"),
-                Err(_) => eprintln!("iceberg-rust's scan hung (attempt {attempt}); scanning again"),
-            }
-        }
-        panic!("iceberg-rust's scan did not finish twice within 60 s");
-    });
-    let mut rows = Vec::new();
-    for b in batches {
-        let mut buf = Vec::new();
-        let mut w = arrow_json::ArrayWriter::new(&mut buf);
-        w.write(&b).unwrap();
-        w.finish().unwrap();
-        if !buf.is_empty() {
-            rows.extend(serde_json::from_slice::<Vec<Value>>(&buf).unwrap());
-        }
-    }
-    rows
-}
-
 fn schema() -> Value {
     json!({"type": "struct", "schema-id": 0, "fields": [
         {"id": 1, "name": "tenant", "required": true, "type": "string"},

@@ -20,7 +20,7 @@ import (
 )
 
 // ABIVersion is the C ABI version this binding was written for.
-const ABIVersion = 5
+const ABIVersion = 6
 
 // The binding was written for ABIVersion: it stops compiling when floe.h says otherwise.
 var _ = [1]struct{}{}[ABIVersion-C.FLOE_ABI_VERSION]
@@ -186,6 +186,9 @@ type Batch struct {
 	// Types is nil, or one entry per message: a JSON object of field path → Iceberg
 	// type that wins over inference when a column is added (empty: none).
 	Types [][]byte
+	// Call is the call's place in arrival order (Writer.Arrive), the same for each retry
+	// of its messages; 0 keeps no order.
+	Call uint64
 }
 
 // Result tells, per message, whether it was committed.
@@ -235,6 +238,28 @@ func (b cBuffer) free() {
 // context was checked; it gets a channel closed once the cancel token has been fired.
 var testHookBeforeWrite func(tokenFired <-chan struct{})
 
+// Arrive takes a place in arrival order for a call and its retries (Batch.Call): each
+// key's upserts and deletes in calls that arrived so apply in that order, however the
+// calls overlap. Depart must follow when the call is over; until then the calls after
+// it wait for its rows. 0 on a closed writer (no order).
+func (w *Writer) Arrive() uint64 {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.ptr == nil {
+		return 0
+	}
+	return uint64(C.floe_writer_arrive(w.ptr))
+}
+
+// Depart gives back a ticket of Arrive.
+func (w *Writer) Depart(call uint64) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.ptr != nil && call != 0 {
+		C.floe_writer_depart(w.ptr, C.uint64_t(call))
+	}
+}
+
 // Write commits a batch, returning once every table it touches has committed or failed.
 // Result.Failures holds per-message errors: StatusData ones are the message's own fault;
 // any other status (an outage, a conflict beyond the retry budget) means "retry this
@@ -269,6 +294,7 @@ func (w *Writer) Write(ctx context.Context, b Batch) (*Result, error) {
 	batch.data = (*C.uint8_t)(msgs.data)
 	batch.offsets = (*C.size_t)(msgs.offsets)
 	batch.count = C.size_t(len(b.Messages))
+	batch.call = C.uint64_t(b.Call)
 	if b.Namespaces != nil {
 		ns := newCBuffer(b.Namespaces)
 		defer ns.free()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -303,4 +304,135 @@ func TestLibraryWarningsReachTheHostLog(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("no warning about the failed cleanup reached the logger; got %q", lines)
+}
+
+// Calls that arrived in an order keep it for each key, whatever order they finish
+// shredding in: a large call (slow to shred) arrives before small ones, all upserting
+// and deleting the same keys, four at once, round after round; the table, read back by
+// pyiceberg, holds each key's last operation in arrival order. Without the ticket
+// (Batch.Call) the small calls overtake the large one and an older value wins.
+func TestEachKeysOperationsApplyInArrivalOrder(t *testing.T) {
+	dir := t.TempDir()
+	cfg, _ := json.Marshal(map[string]any{
+		"catalog":           map[string]any{"warehouse": dir},
+		"namespace":         "binding",
+		"table":             "keyed",
+		"identifier_fields": []string{"id"},
+		"merge_strategy":    "copy-on-write",
+		"max_in_flight":     4,
+		"schema_evolution":  map[string]any{"enabled": true},
+	})
+	w, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	const rounds, calls = 6, 4
+	for r := 0; r < rounds; r++ {
+		batches := make([]Batch, calls)
+		for c := range batches {
+			b := &batches[c]
+			if c == 0 {
+				for i := 0; i < 3000; i++ {
+					b.Messages = append(b.Messages, []byte(fmt.Sprintf(`{"id": %d, "v": "cold"}`, 1000+r*10000+i)))
+					b.Operations = append(b.Operations, "insert")
+				}
+			}
+			// Every call upserts key 1; the last one deletes key 2, which the others upsert.
+			b.Messages = append(b.Messages, []byte(fmt.Sprintf(`{"id": 1, "v": "r%dc%d"}`, r, c)))
+			b.Operations = append(b.Operations, "upsert")
+			op := "upsert"
+			if c == calls-1 {
+				op = "delete"
+			}
+			b.Messages = append(b.Messages, []byte(fmt.Sprintf(`{"id": 2, "v": "r%dc%d"}`, r, c)))
+			b.Operations = append(b.Operations, op)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, calls)
+		for c := range batches {
+			batches[c].Call = w.Arrive()
+			wg.Add(1)
+			go func(b Batch) {
+				defer wg.Done()
+				defer w.Depart(b.Call)
+				errs <- writeAll(w, b)
+			}(batches[c])
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	hot := map[float64]string{}
+	for _, row := range readRows(t, dir, "binding.keyed") {
+		if id := row["id"].(float64); id < 1000 {
+			hot[id] = row["v"].(string)
+		}
+	}
+	want := map[float64]string{1: fmt.Sprintf("r%dc%d", rounds-1, calls-1)}
+	if fmt.Sprint(hot) != fmt.Sprint(want) {
+		t.Fatalf("keys 1 and 2 hold %v, want %v (each key's last operation in arrival order)", hot, want)
+	}
+}
+
+// writeAll writes a batch under its ticket, retrying the messages that failed not at
+// their fault (held back behind rows that failed), as the iceberg output does.
+func writeAll(w *Writer, b Batch) error {
+	for try := 0; try < 100; try++ {
+		res, err := w.Write(context.Background(), b)
+		if err != nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		var left Batch
+		left.Call = b.Call
+		for i, f := range res.Failures {
+			var fe *Error
+			if f != nil && errors.As(f, &fe) && fe.Status == StatusData {
+				return f
+			}
+			if f != nil {
+				left.Messages = append(left.Messages, b.Messages[i])
+				left.Operations = append(left.Operations, b.Operations[i])
+			}
+		}
+		if len(left.Messages) == 0 {
+			return nil
+		}
+		b = left
+	}
+	return fmt.Errorf("%d messages still failing", len(b.Messages))
+}
+
+// readRows reads a table of the embedded catalog in dir with pyiceberg.
+func readRows(t *testing.T, dir, table string) []map[string]any {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	python := os.Getenv("PYTHON")
+	if python == "" {
+		python = filepath.Join(root, ".venv", "bin", "python3")
+	}
+	args, _ := json.Marshal(map[string]string{
+		"uri":       "sqlite:///" + filepath.Join(dir, "catalog.db"),
+		"warehouse": "file://" + dir,
+		"table":     table,
+	})
+	out, err := exec.Command(python, filepath.Join(root, "tests", "support", "read_table.py"), "pyiceberg-sql", string(args)).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("reader failed: %s", ee.Stderr)
+		}
+		t.Fatal(err)
+	}
+	var res struct{ Rows []map[string]any }
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res.Rows
 }

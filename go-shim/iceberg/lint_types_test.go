@@ -43,7 +43,7 @@ func TestSpecCheckNamesEachRefusedValue(t *testing.T) {
 		"map value":            {"catalog: {headers: {A: 1, B: {c: d}}}\n", []string{"catalog.headers.B: expected text, got an object"}},
 		"secret":               {"catalog: {auth: {bearer: {t: x}}}\n", []string{"catalog.auth.bearer: expected text, got an object"}},
 		"enum":                 {"parquet: {compression: zip}\n", []string{`parquet.compression: expected one of "", zstd, snappy, lz4, gzip or uncompressed, got "zip"; did you mean gzip?`}},
-		"enum case":            {"permanent_errors: STOP\n", []string{`permanent_errors: expected one of fail, stop or retry, got "STOP"; did you mean stop?`}},
+		"enum case":            {"permanent_errors: STOP\n", []string{`permanent_errors: expected one of retry, fail or stop, got "STOP"; did you mean stop?`}},
 		"enum far":             {"json: {epoch_unit: seconds}\n", []string{`json.epoch_unit: expected one of s, ms, us or ns, got "seconds"`}},
 		"unknown":              {"namespce: a\n", []string{"field namespce is not a field of the iceberg output; did you mean namespace?"}},
 		"unknown nested":       {"commit: {max_snapshot: 5, Linger: 1s}\n", []string{"field commit.Linger is not a field of the iceberg output; did you mean commit.linger?", "field commit.max_snapshot is not a field of the iceberg output; did you mean commit.max_snapshots?"}},

@@ -144,7 +144,7 @@ func ConfigSpec() *service.ConfigSpec {
 			service.NewObjectField(fJSON,
 				service.NewStringEnumField("epoch_unit", "s", "ms", "us", "ns").Default(def("json.epoch_unit")).Description("Unit of epoch numbers given for timestamp columns."),
 			).Description("How JSON values are read into columns."),
-			service.NewStringEnumField(fPermanent, permanentFail, permanentStop, permanentRetry).Default(permanentFail).Description("What a permanent error does: one that retrying the batch unchanged cannot cure (the catalog refuses the credentials (401/403) or the request, a table is missing and `schema_evolution` is off, the warehouse folder cannot be made, a table does not suit this config). `fail`: the batch fails with the error, as with any Benthos output: a fallback output receives it; without one the input's nack handling applies (most inputs deliver it again), and each failure is logged. `stop`: the host stops with exit code 1, acknowledging nothing it did not write. `retry`: the batch is retried until it commits, as through an outage (the error logged once per cause and again every 30 s). Outages, conflicts, commits of unknown outcome and storage refusals (which fresh credentials may cure) are always retried; messages that fail through their own fault always fail alone."),
+			service.NewStringEnumField(fPermanent, permanentRetry, permanentFail, permanentStop).Default(permanentRetry).Description("What a permanent error does: one that retrying the batch unchanged cannot cure (the catalog refuses the credentials (401/403) or the request, a table is missing and `schema_evolution` is off, the warehouse folder cannot be made, a table does not suit this config). `retry` (the default): the batch is retried until it commits, as through an outage (the error logged once per cause and again every 30 s), so nothing is lost or reordered and a fix (a grant, the table) is taken up without a restart. `fail`: the batch fails with the error, as with any Benthos output: a fallback output receives it; without one the input's nack handling applies (most inputs deliver it again, after newer batches: with upserts or deletes an older operation on a key may then win), and each failure is logged. `stop`: the host stops with exit code 1, acknowledging nothing it did not write. Outages, conflicts, commits of unknown outcome and storage refusals (which fresh credentials may cure) are always retried; messages that fail through their own fault always fail alone."),
 			service.NewIntField(fRuntime).Optional().Advanced().Description("Worker threads of floe's runtime, one per process: the first writer opened sets it (unset or 0: one per core)."),
 			service.NewOutputMaxInFlightField(),
 			service.NewBatchPolicyField(fBatching),
@@ -203,8 +203,10 @@ type output struct {
 
 	// Failures of whole calls (outages), for backoff and one log line per cause.
 	outage outage
-	// permanent_errors: fail, stop or retry.
+	// permanent_errors: retry, fail or stop.
 	permanent string
+	// schema_evolution.enabled: a missing table is then created, not a permanent error.
+	evolves bool
 	// The error of the last libfloe open, kept under permanent_errors fail or stop so
 	// that write calls fail with it.
 	openErr error
@@ -382,10 +384,15 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	if err != nil {
 		return nil, err
 	}
+	evolves := false
+	if conf.Contains(fEvolution, "enabled") {
+		evolves, _ = conf.FieldBool(fEvolution, "enabled")
+	}
 	forwardLibfloeLogs(mgr.Logger())
 	m := mgr.Metrics()
 	return &output{
 		permanent:      permanent,
+		evolves:        evolves,
 		typesMeta:      typesMeta,
 		requireMeta:    requireMeta,
 		caseSensitive:  caseSensitive,
@@ -415,7 +422,7 @@ func (o *output) Connect(ctx context.Context) error {
 		}
 	}
 	err := o.open()
-	if err != nil && isPermanent(err) && o.permanent != permanentRetry {
+	if err != nil && o.givesUp(err) {
 		// The host would retry Connect for ever: write calls fail with the error
 		// instead (to a fallback output), or the host stops.
 		o.permanentFailure(ctx, err)
@@ -545,9 +552,8 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) err
 		// Connect left it closed for a permanent error: open again (it may be fixed),
 		// else fail the call with the error.
 		if err := o.open(); err != nil {
-			if isPermanent(err) && o.permanent != permanentRetry {
-				o.permanentFailure(ctx, err)
-				return err
+			if o.givesUp(err) {
+				return o.permanentFailure(ctx, err)
 			}
 			return service.ErrNotConnected
 		}
@@ -563,6 +569,13 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) err
 	sources, offsets := o.positions(batch, failures)
 	ops := o.operations(batch, failures)
 	full := floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Operations: ops, Sources: sources, Offsets: offsets, Types: o.types(batch, failures)}
+	if o.rowOp != nil {
+		// Upserts and deletes: the call keeps its place in arrival order through every
+		// retry, so each key's operations apply in the order the host handed the batches
+		// over, whichever of the calls in flight finishes first.
+		full.Call = w.Arrive()
+		defer w.Depart(full.Call)
+	}
 	// Only the messages that are fit to write reach libfloe (usually all of them).
 	fit := fitMessages(failures)
 	if fit == nil {
@@ -609,24 +622,8 @@ func fitMessages(failures []error) []int {
 // an error for the whole batch: ErrNotConnected during an outage (the host retries the
 // batch after Connect), or cancellation.
 func (o *output) write(ctx context.Context, w *floe.Writer, b floe.Batch) ([]error, error) {
-	start := nowNanos()
-	res, err := w.Write(ctx, b)
-	o.writeLatency.Timing(nowNanos() - start)
+	res, err := o.writeWhole(ctx, w, b)
 	if err != nil {
-		o.commitFailures.Incr(1)
-		if isPermanent(err) && o.permanent != permanentRetry {
-			// Nothing was committed: the host gets the error for the whole batch.
-			o.permanentFailure(ctx, err)
-			return nil, err
-		}
-		if retryWhole(err) {
-			// Storage, catalog, auth, conflicts, unknown outcomes, and nothing was
-			// committed: not the messages' fault. ErrNotConnected makes the host retry
-			// this batch (after Connect, which backs off) instead of nacking it into a
-			// fallback output.
-			o.outage.failed(err, o.log)
-			return nil, service.ErrNotConnected
-		}
 		return nil, err
 	}
 	o.snapshots.Incr(int64(res.Snapshots))
@@ -637,6 +634,43 @@ func (o *output) write(ctx context.Context, w *floe.Writer, b floe.Batch) ([]err
 	o.countOperations(b.Operations, failures)
 	o.outage.succeeded(o.log)
 	return failures, nil
+}
+
+// writeWhole hands one batch to libfloe, retrying it while it fails as a whole for a
+// reason not of its making (an ordered call here, keeping its place; others through
+// the host).
+func (o *output) writeWhole(ctx context.Context, w *floe.Writer, b floe.Batch) (*floe.Result, error) {
+	for attempt := 1; ; attempt++ {
+		start := nowNanos()
+		res, err := w.Write(ctx, b)
+		o.writeLatency.Timing(nowNanos() - start)
+		if err == nil {
+			return res, nil
+		}
+		o.commitFailures.Incr(1)
+		if o.givesUp(err) {
+			// Nothing was committed: the host gets the error for the whole batch.
+			return nil, o.permanentFailure(ctx, err)
+		}
+		if !retryWhole(err) {
+			return nil, err
+		}
+		// Storage, catalog, auth, conflicts, unknown outcomes, and nothing was
+		// committed: not the messages' fault.
+		o.outage.failed(err, o.log)
+		if b.Call == 0 {
+			// ErrNotConnected makes the host retry this batch (after Connect, which
+			// backs off) instead of nacking it into a fallback output.
+			return nil, service.ErrNotConnected
+		}
+		// An ordered call is retried here, under its ticket: handed back to the host it
+		// would come again as a new call, after calls that arrived after it.
+		select {
+		case <-time.After(backoffAfter(attempt)):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("iceberg output stopped while retrying a batch: %w", ctx.Err())
+		}
+	}
 }
 
 // types gives each message's explicit column types (see `schema_metadata` and
@@ -717,20 +751,32 @@ func (o *output) mappedTypes(m *service.Message) (map[string]any, error) {
 // back to the host would write it twice. It returns once only messages at fault
 // (StatusData) remain failed, or the host stops (ctx), which nacks the whole batch.
 func (o *output) retryNotAtFault(ctx context.Context, w *floe.Writer, full floe.Batch, failures []error) ([]error, error) {
+	// settled[i]: message i fails to the host with its error (a permanent error under
+	// permanent_errors fail, or held back behind one), retried no more.
+	settled := make([]bool, len(failures))
 	for attempt := 0; ; attempt++ {
+		if cause := o.permanentAmong(failures, settled); cause != nil {
+			if o.permanent == permanentStop {
+				o.permanentFailure(ctx, cause)
+				// Nothing is acknowledged: the host stops, its input delivers the batch
+				// again after the restart.
+				return nil, service.ErrNotConnected
+			}
+			// These messages fail, each with its error (those held back behind the
+			// refused one too, so none commits out of its order), and the host gets
+			// them once the others are written.
+			o.permanentFailure(ctx, cause)
+			for i, f := range failures {
+				settled[i] = settled[i] || (f != nil && (o.givesUp(f) || heldBack(f)))
+			}
+		}
 		var retry []int
 		for i, f := range failures {
-			if f != nil && !atFault(f) {
+			if f != nil && !atFault(f) && !settled[i] {
 				retry = append(retry, i)
 			}
 		}
 		if len(retry) == 0 {
-			return failures, nil
-		}
-		if cause := o.permanentAmong(failures, retry); cause != nil {
-			// These messages fail, each with its error (those held back behind the
-			// refused one too, so none commits out of its order), and the host gets them.
-			o.permanentFailure(ctx, cause)
 			return failures, nil
 		}
 		o.commitFailures.Incr(1)
@@ -759,18 +805,33 @@ func (o *output) retryNotAtFault(ctx context.Context, w *floe.Writer, full floe.
 	}
 }
 
-// permanentAmong is the first permanent error among the failures at idx, nil when
-// there is none or permanent errors are retried.
-func (o *output) permanentAmong(failures []error, idx []int) error {
-	if o.permanent == permanentRetry {
-		return nil
-	}
-	for _, i := range idx {
-		if isPermanent(failures[i]) {
-			return failures[i]
+// heldBack tells whether a message failed only because one before it could not commit
+// (libfloe says "held back behind …").
+func heldBack(err error) bool {
+	var fe *floe.Error
+	return errors.As(err, &fe) && strings.Contains(fe.Message, "held back behind")
+}
+
+// permanentAmong is the first failure not yet settled that the output gives up on (see
+// givesUp), nil when there is none.
+func (o *output) permanentAmong(failures []error, settled []bool) error {
+	for i, f := range failures {
+		if f != nil && !settled[i] && o.givesUp(f) {
+			return f
 		}
 	}
 	return nil
+}
+
+// givesUp tells whether a failure is permanent (isPermanent) and not retried under
+// permanent_errors. A missing table is permanent only without schema evolution: with
+// it, the next call creates the table (another tool dropped it).
+func (o *output) givesUp(err error) bool {
+	if o.permanent == permanentRetry || !isPermanent(err) {
+		return false
+	}
+	var fe *floe.Error
+	return !(o.evolves && errors.As(err, &fe) && fe.Status == floe.StatusNotFound)
 }
 
 // renumbered gives a failure of message j of a call on part of a batch the index the
@@ -808,7 +869,7 @@ func subset(b floe.Batch, idx []int) floe.Batch {
 		}
 		return out
 	}
-	out := floe.Batch{Namespaces: pickS(b.Namespaces), Tables: pickS(b.Tables), Operations: pickS(b.Operations), Sources: pickS(b.Sources)}
+	out := floe.Batch{Namespaces: pickS(b.Namespaces), Tables: pickS(b.Tables), Operations: pickS(b.Operations), Sources: pickS(b.Sources), Call: b.Call}
 	out.Messages = make([][]byte, len(idx))
 	for j, i := range idx {
 		out.Messages[j] = b.Messages[i]

@@ -75,20 +75,24 @@ var stopOnce sync.Once
 // `permanent_errors: stop` stops the host with exit code 1. Under `fail` it waits a
 // little before the call fails (250 ms, doubling to 1 s while the error lasts): an
 // input that delivers failed messages again at once (most do) would otherwise spin.
-func (o *output) permanentFailure(ctx context.Context, err error) {
+//
+// It returns the error the call fails with: err under `fail`, ErrNotConnected under
+// `stop`, which the host neither acknowledges nor hands to a fallback output.
+func (o *output) permanentFailure(ctx context.Context, err error) error {
 	if o.permanent == permanentStop {
 		stopOnce.Do(func() {
 			hostExit.Store(1)
 			o.log.Errorf("iceberg output: stopping the host (permanent_errors: stop): %v", err)
 			stopHost()
 		})
-		return
+		return service.ErrNotConnected
 	}
 	o.outage.say(fmt.Sprintf("iceberg output: batch not written, failing it (permanent_errors: %s; a fallback output receives it): %v", o.permanent, err), err, o.log)
 	select {
 	case <-time.After(min(o.outage.backoff(), time.Second)):
 	case <-ctx.Done():
 	}
+	return err
 }
 
 // pending counts the messages of calls that ended unwritten and have not been written

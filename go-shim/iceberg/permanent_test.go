@@ -39,3 +39,48 @@ func TestAPreviewIsOneLineCutAtACharacter(t *testing.T) {
 		t.Errorf("cut at %d characters, want %d: %s", strings.Count(got, "é"), previewBytes/2, got)
 	}
 }
+
+func TestAMissingTableIsGivenUpOnOnlyWithoutEvolutionAndNothingUnderRetry(t *testing.T) {
+	missing := &floe.Error{Status: floe.StatusNotFound, Message: "table t does not exist"}
+	refused := &floe.Error{Status: floe.StatusRejected, Message: "401"}
+	for _, c := range []struct {
+		mode    string
+		evolves bool
+		err     error
+		want    bool
+	}{
+		{permanentFail, false, missing, true},
+		{permanentFail, true, missing, false},
+		{permanentStop, true, refused, true},
+		{permanentRetry, false, refused, false},
+		{permanentFail, false, &floe.Error{Status: floe.StatusUnavailable, Message: "503"}, false},
+	} {
+		o := &output{permanent: c.mode, evolves: c.evolves}
+		if got := o.givesUp(c.err); got != c.want {
+			t.Errorf("%s, evolution %v, %v: gives up %v, want %v", c.mode, c.evolves, c.err, got, c.want)
+		}
+	}
+}
+
+func TestUnderFailOnlyThePermanentFailuresAndThoseHeldBackBehindThemSettle(t *testing.T) {
+	o := &output{permanent: permanentFail}
+	failures := []error{
+		nil,
+		&floe.Error{Status: floe.StatusConfig, Message: "message 1: row_operation upsert cannot use the table's key"},
+		&floe.Error{Status: floe.StatusUnavailable, Message: "message 2: held back behind an earlier message"},
+		&floe.Error{Status: floe.StatusUnavailable, Message: "table u: 503 Service Unavailable"},
+	}
+	settled := make([]bool, len(failures))
+	if cause := o.permanentAmong(failures, settled); cause != failures[1] {
+		t.Fatalf("cause %v, want the config error", cause)
+	}
+	for i, f := range failures {
+		settled[i] = f != nil && (o.givesUp(f) || heldBack(f))
+	}
+	if want := []bool{false, true, true, false}; fmt.Sprint(settled) != fmt.Sprint(want) {
+		t.Fatalf("settled %v, want %v: the other table's outage is retried, not failed", settled, want)
+	}
+	if o.permanentAmong(failures, settled) != nil {
+		t.Fatal("a settled failure was given up on again")
+	}
+}

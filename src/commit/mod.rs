@@ -10,12 +10,14 @@
 //! - [`merge`] and [`expire`]: bounded metadata over long runs.
 //! - [`landed`]: whether an attempt whose snapshot was since expired landed.
 //! - [`offsets`]: exactly-once bookkeeping recorded in snapshot summaries.
+//! - [`order`]: calls' rows reach a table in the order the calls arrived.
 //! - [`manifest_cache`]: manifests read once per writer for upserts' key lookups.
 
 pub mod committer;
 pub mod expire;
 pub mod landed;
 pub mod offsets;
+pub mod order;
 pub mod snapshot;
 pub mod staging;
 

@@ -171,6 +171,39 @@ pub unsafe extern "C" fn floe_writer_open(
     })
 }
 
+/// Takes a place in arrival order for a call (and its retries): a key's upserts and
+/// deletes in calls that arrived so apply in that order, however the calls overlap (see
+/// `FloeBatch::call`). Give the ticket back with `floe_writer_depart` when the call is
+/// over, written or given up: until then the calls after it wait for its rows. Returns 0
+/// for a NULL writer.
+///
+/// # Safety
+/// `writer` must be NULL or a live writer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_writer_arrive(writer: *const FloeWriter) -> u64 {
+    // SAFETY: NULL or a live writer by contract.
+    let writer = unsafe { borrow(writer) };
+    // No panic crosses the boundary; a call without a ticket keeps no order.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        writer.map_or(0, |w| w.inner.arrive())
+    }))
+    .unwrap_or(0)
+}
+
+/// Gives back a ticket of `floe_writer_arrive`: the calls after it no longer wait for it.
+/// 0 and NULL are accepted.
+///
+/// # Safety
+/// `writer` must be NULL or a live writer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_writer_depart(writer: *const FloeWriter, call: u64) {
+    // SAFETY: NULL or a live writer by contract.
+    if let Some(writer) = unsafe { borrow(writer) } {
+        let _ =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| writer.inner.depart(call)));
+    }
+}
+
 /// Closes and frees a writer. Data of calls that returned is already committed. NULL is
 /// accepted.
 ///
@@ -215,6 +248,9 @@ pub struct FloeBatch {
     /// none), same layout as `data`; may be NULL.
     pub types: *const u8,
     pub type_offsets: *const usize,
+    /// The call's place in arrival order, from `floe_writer_arrive` (the same for each
+    /// retry of the call's messages), or 0 for a call that keeps no order.
+    pub call: u64,
 }
 
 /// What one write did. Free with `floe_batch_result_free`.
@@ -382,7 +418,7 @@ pub unsafe extern "C" fn floe_writer_write(
             )));
         }
         let outcome = rt.block_on(async {
-            let write = writer.inner.write_batch_after(&messages, failed);
+            let write = writer.inner.write_call(batch.call, &messages, failed);
             match cancel {
                 None => write.await,
                 Some(token) => tokio::select! {

@@ -22,7 +22,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use crate::error::{Error, ErrorKind};
 
 /// Bumped whenever a signature or struct layout in `floe.h` changes incompatibly.
-pub const FLOE_ABI_VERSION: u32 = 5;
+pub const FLOE_ABI_VERSION: u32 = 6;
 
 /// Result of every fallible call. Numbers are stable; new ones are only appended.
 #[repr(u32)]

@@ -19,7 +19,9 @@ use crate::write::{write_data_files, write_equality_delete_files};
 use super::credentials::Refusals;
 use super::schedule::Pace;
 use super::schedule::{Gathering, Plan, collect};
-use super::{CommitterOptions, EncodedGroup, Pending, TableView, fail_all, finish};
+use super::{
+    CommitterOptions, EncodedGroup, Pending, TableView, fail_overtaking, without_overtaken,
+};
 
 pub(super) async fn encode_loop(
     mut queue: mpsc::UnboundedReceiver<Pending>,
@@ -67,17 +69,21 @@ pub(super) async fn encode_loop(
         };
         let group = collect(first, &mut queue, &mut carry, &options, gathering).await;
         let current = view.borrow().clone();
+        let ident = current.table.ident.clone();
         let schema_id = current.schema_id();
+        let group = without_overtaken(&options, &ident, group);
         let (fresh, stale): (Vec<Pending>, Vec<Pending>) = group
             .into_iter()
             .partition(|p| p.submission.schema_id == schema_id);
-        for p in stale {
+        if !stale.is_empty() {
             let e = Error::new(
                 ErrorKind::SchemaChanged,
                 "the table's schema changed after the batch was shredded",
             );
-            finish(p, Err(e));
+            fail_overtaking(&options, &ident, stale, &e);
         }
+        // Rows after stale ones wait for them to be shredded again (see `commit::order`).
+        let fresh = without_overtaken(&options, &ident, fresh);
         if fresh.is_empty() {
             continue;
         }
@@ -85,7 +91,7 @@ pub(super) async fn encode_loop(
         let (batches, deletes) = match group_rows(&fresh, &current) {
             Ok(rows) => rows,
             Err(e) => {
-                fail_all(fresh, &e);
+                fail_overtaking(&options, &ident, fresh, &e);
                 continue;
             }
         };
@@ -123,7 +129,7 @@ pub(super) async fn encode_loop(
             }
             Err(e) => {
                 refusals.note(&e);
-                fail_all(fresh, &e.context("writing data files"));
+                fail_overtaking(&options, &ident, fresh, &e.context("writing data files"));
             }
         }
     }

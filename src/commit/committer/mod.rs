@@ -39,11 +39,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
+use iceberg::TableIdent;
 use iceberg::spec::DataFile;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::expire::Retention;
 use super::offsets::{SourceOffsets, committed_offsets};
+use super::order::{Order, Ticket, UNORDERED};
 use super::staging::StagedFile;
 use crate::catalog::Catalog;
 use crate::config::{MergeStrategy, ParquetConfig};
@@ -88,6 +90,8 @@ pub struct CommitterOptions {
     pub callers: Option<usize>,
     /// The writer's counters, which every table's commit stage adds to.
     pub stats: Arc<WriterStats>,
+    /// The order of the writer's calls, which rows that fail to commit move on.
+    pub order: Arc<Order>,
     /// FileIO properties from the `storage` config; a catalog's vended ones go on top.
     pub storage_props: std::collections::HashMap<String, String>,
 }
@@ -119,6 +123,9 @@ pub struct Committed {
 struct Pending {
     /// Released when the submission is answered or dropped.
     _claim: Claim,
+    /// The table's epoch the rows were handed in under, for an ordered call (see
+    /// [`crate::commit::order`]); `None` for a call that keeps no order.
+    epoch: Option<u64>,
     submission: Submission,
     reply: Option<oneshot::Sender<Result<Committed>>>,
 }
@@ -248,14 +255,33 @@ impl TableCommitter {
     /// Hands rows to the pipeline and waits until they are committed. `claim` (from
     /// [`Self::new_claim`], possibly holding offsets in the ledger) is released when the
     /// outcome is known, even if this future is dropped before.
-    pub async fn submit(&self, claim: Claim, submission: Submission) -> Result<Committed> {
+    ///
+    /// An ordered call (`ticket`) hands its rows in only in its turn (see
+    /// [`crate::commit::order`]); `complete` says these are all its rows for the table in
+    /// this attempt.
+    pub async fn submit(
+        &self,
+        ticket: Ticket,
+        complete: bool,
+        claim: Claim,
+        submission: Submission,
+    ) -> Result<Committed> {
         let (reply, answer) = oneshot::channel();
-        let pending = Pending {
-            _claim: claim,
-            submission,
-            reply: Some(reply),
-        };
-        if self.queue.send(pending).is_err() {
+        let ident = self.view().table.ident.clone();
+        let sent = self
+            .options
+            .order
+            .admit(ticket, &ident, complete, |epoch| {
+                let pending = Pending {
+                    _claim: claim,
+                    epoch: (ticket != UNORDERED).then_some(epoch),
+                    submission,
+                    reply: Some(reply),
+                };
+                self.queue.send(pending).is_ok()
+            })
+            .await;
+        if !sent {
             // The returned submission was dropped, releasing its claim.
             return Err(Error::new(
                 ErrorKind::Unavailable,
@@ -294,4 +320,48 @@ fn fail_all(pendings: Vec<Pending>, error: &Error) {
     for p in pendings {
         finish(p, Err(error.clone()));
     }
+}
+
+/// Fails rows that will not commit, and moves the table's order on: rows handed in after
+/// them must not commit before their retry (see [`crate::commit::order`]).
+fn fail_overtaking(
+    options: &CommitterOptions,
+    ident: &TableIdent,
+    pendings: Vec<Pending>,
+    error: &Error,
+) {
+    if !pendings.is_empty() {
+        options.order.overtake(ident);
+    }
+    fail_all(pendings, error);
+}
+
+/// Whether any of these rows was handed in before rows of the table that failed since.
+fn is_overtaken(options: &CommitterOptions, ident: &TableIdent, pendings: &[Pending]) -> bool {
+    pendings
+        .iter()
+        .any(|p| options.order.overtaken(ident, p.epoch))
+}
+
+/// Fails the rows that were handed in before rows of the table that failed since, and
+/// keeps the rest.
+fn without_overtaken(
+    options: &CommitterOptions,
+    ident: &TableIdent,
+    pendings: Vec<Pending>,
+) -> Vec<Pending> {
+    let (overtaken, kept): (Vec<Pending>, Vec<Pending>) = pendings
+        .into_iter()
+        .partition(|p| options.order.overtaken(ident, p.epoch));
+    fail_all(overtaken, &overtaken_error());
+    kept
+}
+
+/// The error of rows held back behind earlier rows of their table that failed to commit.
+fn overtaken_error() -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        "held back behind rows handed to the table before it that could not be committed; \
+         a table's rows commit in the order their calls arrived, so it is retried after them",
+    )
 }

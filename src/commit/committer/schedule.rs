@@ -202,6 +202,7 @@ mod tests {
         )])
         .unwrap();
         Pending {
+            epoch: None,
             _claim: Claim {
                 id: 0,
                 ledger: Arc::new(Mutex::new(Ledger::default())),
@@ -237,6 +238,7 @@ mod tests {
             writer_id: None,
             callers: None,
             stats: Arc::default(),
+            order: Arc::default(),
             parquet: ParquetConfig::default(),
             storage_props: Default::default(),
         }

@@ -15,7 +15,10 @@ use super::backoff::{backoff, conflict_backoff};
 use super::credentials::Refusals;
 use super::schedule::Pace;
 use super::view::{publish_table, same_for_writers, take_in_offsets};
-use super::{Committed, CommitterOptions, EncodedGroup, Ledger, TableView, fail_all, finish};
+use super::{
+    Committed, CommitterOptions, EncodedGroup, Ledger, TableView, fail_all, fail_overtaking,
+    finish, is_overtaken, overtaken_error,
+};
 use crate::catalog::{Catalog, LoadedTable};
 use crate::commit::expire::{delete_unreachable, expired_refs, expired_snapshots, removal_request};
 use crate::commit::landed::{SentAttempt, find_landed, history_lost};
@@ -304,19 +307,29 @@ impl CommitStage {
         let mut staged = Vec::new();
         let mut pendings = Vec::new();
         let mut offsets = SourceOffsets::default();
+        let ident = self.ident();
         for g in groups {
-            if g.schema_id != schema_id || g.spec_id != spec_id || g.table_uuid != table_uuid {
-                let e = Error::new(
-                    ErrorKind::SchemaChanged,
-                    "the table's schema or partition spec changed after the batch was shredded",
-                );
+            // Rows handed in after rows that failed since wait for those to be retried
+            // (see `commit::order`).
+            let overtaken = is_overtaken(&self.options, &ident, &g.pendings);
+            let mismatch =
+                g.schema_id != schema_id || g.spec_id != spec_id || g.table_uuid != table_uuid;
+            if overtaken || mismatch {
                 // Files streamed to storage (large groups) are referenced by nothing.
                 if g.staged.is_empty() && self.options.cleanup_on_failure {
                     let files: Vec<DataFile> =
                         g.data_files.into_iter().chain(g.delete_files).collect();
                     self.delete_files(&files, &[]).await;
                 }
-                fail_all(g.pendings, &e);
+                if overtaken {
+                    fail_all(g.pendings, &overtaken_error());
+                } else {
+                    let e = Error::new(
+                        ErrorKind::SchemaChanged,
+                        "the table's schema or partition spec changed after the batch was shredded",
+                    );
+                    fail_overtaking(&self.options, &ident, g.pendings, &e);
+                }
                 continue;
             }
             data_files.extend(g.data_files);
@@ -392,7 +405,7 @@ impl CommitStage {
                         .collect();
                     self.delete_files(&files, &outcome.written).await;
                 }
-                fail_all(pendings, &e);
+                fail_overtaking(&self.options, &ident, pendings, &e);
             }
         }
     }
