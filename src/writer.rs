@@ -436,7 +436,9 @@ impl Writer {
         // shredded again (nothing of them was committed).
         let mut reshreds = 0;
         let (result, plan) = loop {
-            let (claim, plan) = self.plan_checked(ident, &handle, messages, idx).await?;
+            let (claim, plan) = self
+                .plan_checked(ticket, ident, &handle, messages, idx)
+                .await?;
             let may_evolve = reshreds < MAX_RESHREDS;
             let result = self
                 .shred_and_submit(ticket, &handle, claim, messages, idx, &plan, may_evolve)
@@ -472,15 +474,15 @@ impl Writer {
         }
         group.failures.extend(plan.conflicting);
         // A message whose offset another call is still committing is not at fault
-        // (kind Unavailable): retried, it is acknowledged once that commit lands. That
-        // call writes it, so this one holds nobody back for it (were it to, a later
-        // call holding the offset while it waits for this one would wait for ever).
-        group.retry_left = plan.refused.is_empty()
+        // (kind Unavailable): retried, it is acknowledged once that commit lands, and the
+        // messages after it are retried with it. This call keeps its place for them
+        // unless the holder arrived after it (see `waits_for_later`).
+        group.failures.extend(plan.refused);
+        group.retry_left = !plan.waits_for_later
             && group
                 .failures
                 .iter()
                 .any(|(_, e)| e.kind() != ErrorKind::Data);
-        group.failures.extend(plan.refused);
         Ok(group)
     }
 
@@ -519,18 +521,19 @@ impl Writer {
     /// and a repaired table is seen by the retries.
     async fn plan_checked(
         &self,
+        ticket: Ticket,
         ident: &TableIdent,
         handle: &TableHandle,
         messages: &[Message<'_>],
         idx: &[usize],
     ) -> Result<(Claim, WritePlan)> {
-        let planned = self.plan_exactly_once(handle, messages, idx);
+        let planned = self.plan_exactly_once(ticket, handle, messages, idx);
         if !planned.as_ref().map_or(true, |(_, plan)| plan.acknowledges) {
             return planned;
         }
         drop(planned); // releases the claim
         self.reload(ident, handle, "exactly-once").await;
-        self.plan_exactly_once(handle, messages, idx)
+        self.plan_exactly_once(ticket, handle, messages, idx)
     }
 
     /// Exactly-once: splits the group into messages to write, messages already committed
@@ -539,6 +542,7 @@ impl Writer {
     /// (see [`TableCommitter::claim_positions`]); the claim holds the positions written.
     fn plan_exactly_once(
         &self,
+        ticket: Ticket,
         handle: &TableHandle,
         messages: &[Message<'_>],
         idx: &[usize],
@@ -546,7 +550,7 @@ impl Writer {
         let mut plan = WritePlan::default();
         if self.options.writer_id.is_none() {
             plan.write = (0..idx.len()).collect();
-            return Ok((handle.committer.new_claim(), plan));
+            return Ok((handle.committer.new_claim(ticket), plan));
         }
         let position = |i: usize| {
             (
@@ -554,10 +558,13 @@ impl Writer {
                 messages[i].offset.expect("checked on entry"),
             )
         };
-        let (claim, verdicts) = handle.committer.claim_positions(idx.iter().map(|&i| {
-            let (source, offset) = position(i);
-            (source, offset, payload_hash(messages[i].payload))
-        }))?;
+        let (claim, verdicts) = handle.committer.claim_positions(
+            ticket,
+            idx.iter().map(|&i| {
+                let (source, offset) = position(i);
+                (source, offset, payload_hash(messages[i].payload))
+            }),
+        )?;
         for (pos, verdict) in verdicts.into_iter().enumerate() {
             let (source, offset) = position(idx[pos]);
             match verdict {
@@ -570,12 +577,16 @@ impl Writer {
                 Verdict::Repeat { first, .. } => plan
                     .conflicting
                     .push((pos, repeated_position(idx[pos], idx[first], source, offset))),
-                Verdict::InFlight { same_payload } => {
+                Verdict::InFlight {
+                    same_payload,
+                    holder,
+                } => {
                     let e = in_flight_position(idx[pos], source, offset, same_payload);
                     match e.kind() {
                         ErrorKind::Data => plan.conflicting.push((pos, e)),
                         _ => plan.refused.push((pos, e)),
                     }
+                    plan.waits_for_later |= waits_for_later(ticket, holder);
                 }
             }
         }
@@ -743,10 +754,11 @@ impl Writer {
             offsets,
         };
         failpoint::hit(failpoint::names::BEFORE_SUBMIT);
-        // Messages held back to be retried (not those another call is committing): the
-        // calls after this one wait for them (see `commit::order`).
-        let complete =
-            !plan.refused.is_empty() || failures.iter().all(|(_, e)| e.kind() == ErrorKind::Data);
+        // Messages held back to be retried: the calls after this one wait for them (see
+        // `commit::order`), unless a later call holds what this one waits for.
+        let complete = plan.waits_for_later
+            || (plan.refused.is_empty()
+                && failures.iter().all(|(_, e)| e.kind() == ErrorKind::Data));
         let committed = handle
             .committer
             .submit(ticket, complete, claim, submission)
@@ -1131,6 +1143,9 @@ struct WritePlan {
     /// (position, position of its first copy)
     duplicates: Vec<(usize, usize)>,
     refused: Vec<(usize, Error)>,
+    /// Some refused position is held by a call that arrived after this one: this call
+    /// then gives up its place (see [`waits_for_later`]).
+    waits_for_later: bool,
     /// Positions repeated with a different payload: the source names no partition.
     conflicting: Vec<(usize, Error)>,
 }
@@ -1164,6 +1179,16 @@ fn in_flight_position(i: usize, source: &str, offset: i64, same_payload: bool) -
             ),
         )
     }
+}
+
+/// Whether a call (`ticket`) refused a position held by the call `holder` would wait
+/// on a call that waits on it, were it to keep its place in arrival order: a call waits
+/// only for those that arrived before it, so keeping its place for a position an earlier
+/// (or unordered) call is committing is safe, and for one a later call holds would
+/// deadlock. Then the call gives up its place, and the order between the two is the
+/// order their commits land in (a redelivery a later call took first).
+fn waits_for_later(ticket: Ticket, holder: Ticket) -> bool {
+    ticket != UNORDERED && holder != UNORDERED && holder > ticket
 }
 
 fn repeated_position(i: usize, first: usize, source: &str, offset: i64) -> Error {

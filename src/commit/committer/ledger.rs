@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::commit::offsets::SourceOffsets;
+use crate::commit::order::Ticket;
 use crate::error::{Error, Result};
 
 /// Exactly-once state: offsets committed under the writer id, and offsets claimed by
@@ -14,7 +15,8 @@ use crate::error::{Error, Result};
 #[derive(Default)]
 pub struct Ledger {
     pub committed: SourceOffsets,
-    pub(super) in_flight: HashMap<u64, Claimed>,
+    /// Claim id → the claiming call's ticket and its positions.
+    pub(super) in_flight: HashMap<u64, (Ticket, Claimed)>,
     /// Why the table's record cannot be trusted any more (main rolled back behind the
     /// commit that wrote it): `committed` then overstates what the table holds, so no
     /// position is decided until a record that can be trusted is seen again.
@@ -25,17 +27,17 @@ pub struct Ledger {
 pub type Claimed = HashMap<String, HashMap<i64, u64>>;
 
 impl Ledger {
-    /// The payload hash of the message another call is committing at this position.
-    pub fn in_flight(&self, source: &str, offset: i64) -> Option<u64> {
+    /// The ticket of the call committing this position, and its message's payload hash.
+    pub fn in_flight(&self, source: &str, offset: i64) -> Option<(Ticket, u64)> {
         self.in_flight
             .values()
-            .find_map(|c| c.get(source)?.get(&offset).copied())
+            .find_map(|(ticket, c)| Some((*ticket, *c.get(source)?.get(&offset)?)))
     }
 
     /// Every offset claimed by a call in flight.
     pub fn claimed_offsets(&self) -> SourceOffsets {
         let mut all = SourceOffsets::default();
-        for (source, offsets) in self.in_flight.values().flatten() {
+        for (source, offsets) in self.in_flight.values().flat_map(|(_, c)| c) {
             offsets
                 .keys()
                 .for_each(|&offset| all.insert(source, offset));
@@ -43,8 +45,8 @@ impl Ledger {
         all
     }
 
-    pub fn claim(&mut self, claim: u64, claimed: Claimed) {
-        self.in_flight.insert(claim, claimed);
+    pub fn claim(&mut self, claim: u64, ticket: Ticket, claimed: Claimed) {
+        self.in_flight.insert(claim, (ticket, claimed));
     }
 
     pub fn release(&mut self, claim: u64) {
@@ -77,6 +79,8 @@ impl Ledger {
 /// positions do not stay "in flight" for ever.
 pub struct Claim {
     pub(super) id: u64,
+    /// The call's place in arrival order, told to calls its positions hold back.
+    pub(super) ticket: Ticket,
     pub(super) ledger: Arc<Mutex<Ledger>>,
 }
 
@@ -84,7 +88,7 @@ impl Claim {
     /// Records the positions this call is about to write (under the ledger's lock, which
     /// the caller holds while it checks them).
     pub fn hold(&self, ledger: &mut Ledger, claimed: Claimed) {
-        ledger.claim(self.id, claimed);
+        ledger.claim(self.id, self.ticket, claimed);
     }
 }
 
@@ -105,8 +109,9 @@ pub enum Verdict {
     /// Its position came earlier in this call (at index `first` of the positions), with
     /// the same payload or another.
     Repeat { first: usize, same_payload: bool },
-    /// Another call in flight claims its position, with the same payload or another.
-    InFlight { same_payload: bool },
+    /// Another call in flight (arrived with ticket `holder`) claims its position, with
+    /// the same payload or another.
+    InFlight { same_payload: bool, holder: Ticket },
 }
 
 /// Decides each position of a call against the ledger and claims those it writes
@@ -136,9 +141,10 @@ pub(super) fn claim_positions<'a>(
                     first,
                     same_payload: first_hash == hash,
                 }
-            } else if let Some(other) = ledger.in_flight(source, offset) {
+            } else if let Some((holder, other)) = ledger.in_flight(source, offset) {
                 Verdict::InFlight {
                     same_payload: other == hash,
+                    holder,
                 }
             } else {
                 first_of.insert((source, offset), (n, hash));

@@ -237,17 +237,19 @@ impl TableCommitter {
     /// table's record cannot be trusted (main rolled back behind it).
     pub fn claim_positions<'a>(
         &self,
+        ticket: Ticket,
         positions: impl IntoIterator<Item = (&'a str, i64, u64)>,
     ) -> Result<(Claim, Vec<Verdict>)> {
-        let claim = self.new_claim();
+        let claim = self.new_claim(ticket);
         let verdicts = ledger::claim_positions(&self.ledger, &claim, positions)?;
         Ok((claim, verdicts))
     }
 
-    /// A fresh id under which a call claims offsets in the ledger.
-    pub fn new_claim(&self) -> Claim {
+    /// A fresh id under which a call (arrived with `ticket`) claims offsets in the ledger.
+    pub fn new_claim(&self, ticket: Ticket) -> Claim {
         Claim {
             id: self.next_claim.fetch_add(1, Ordering::Relaxed),
+            ticket,
             ledger: self.ledger.clone(),
         }
     }

@@ -205,6 +205,7 @@ mod tests {
             epoch: None,
             _claim: Claim {
                 id: 0,
+                ticket: 0,
                 ledger: Arc::new(Mutex::new(Ledger::default())),
             },
             submission: Submission {
