@@ -191,6 +191,7 @@ reliability: bin $(FLOE_FP_BIN) py-deps
 	$(PYTHON) bench-configs/long_run.py --minutes 60 --report reliability
 
 lint:
+	python3 scripts/layers.py --check
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy --lib --features failpoints -- -D warnings

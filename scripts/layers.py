@@ -22,7 +22,7 @@ BEGIN, END = "<!-- layers:begin (scripts/layers.py --write) -->", "<!-- layers:e
 
 # Ground first; a module may import its own layer's modules and every layer below.
 LAYERS = [
-    ["error", "sync", "failpoint", "stats"],
+    ["error", "sync", "failpoint", "stats", "fixture"],
     ["config", "partition_spec"],
     ["shred"],
     ["write"],

@@ -10,7 +10,17 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::shred::EpochUnit;
+
+/// How epoch numbers given for `timestamp`/`timestamptz` columns are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EpochUnit {
+    S,
+    #[default]
+    Ms,
+    Us,
+    Ns,
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -437,15 +447,6 @@ impl SchemaEvolution {
             },
             None => None,
         };
-        if let Some(name) = schema
-            .as_ref()
-            .and_then(crate::shred::infer::nanosecond_field)
-        {
-            problems.push(format!(
-                "schema_evolution.schema: `{name}` is a nanosecond timestamp, which needs a v3 \
-                 table; floe creates v2 tables"
-            ));
-        }
         if let Some(spec) = &self.partition_spec {
             let parsed = match &schema {
                 Some(schema) => {

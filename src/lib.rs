@@ -7,6 +7,8 @@
 pub mod config;
 pub mod error;
 pub mod failpoint;
+#[cfg(test)]
+pub(crate) mod fixture;
 pub mod shred;
 
 pub use error::{Error, ErrorKind, Result};

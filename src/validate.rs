@@ -59,6 +59,19 @@ fn layer_problems(config: &Config) -> Vec<String> {
             .and_then(|w| crate::storage::check_bucket(&config.storage, &w));
         push(warehouse, "catalog.warehouse: ");
     }
+    // A schema the config gives (already reported if it is none) with a column the
+    // tables floe creates cannot hold.
+    let schema = config.schema_evolution.schema.clone();
+    if let Some(name) = schema
+        .and_then(|json| serde_json::from_value::<iceberg::spec::Schema>(json).ok())
+        .as_ref()
+        .and_then(crate::shred::infer::nanosecond_field)
+    {
+        problems.push(format!(
+            "schema_evolution.schema: `{name}` is a nanosecond timestamp, which needs a v3 \
+             table; floe creates v2 tables"
+        ));
+    }
     problems
 }
 
@@ -87,6 +100,24 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_nanosecond_column_in_a_given_schema_is_a_config_problem() {
+        let config = |ty: &str| {
+            format!(
+                r#"{{"schema_evolution": {{"schema": {{"type": "struct", "schema-id": 0, "fields": [
+                    {{"id": 1, "name": "ts", "required": false, "type": "{ty}"}}]}}}}}}"#
+            )
+        };
+        assert_eq!(
+            problems(&config("timestamp_ns")),
+            [
+                "schema_evolution.schema: `ts` is a nanosecond timestamp, which needs a v3 table; \
+              floe creates v2 tables"
+            ]
+        );
+        assert!(problems(&config("timestamp")).is_empty());
     }
 
     #[test]

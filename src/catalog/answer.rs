@@ -461,7 +461,7 @@ mod tests {
         use crate::catalog::refs::table_refs;
         use iceberg::spec::{SnapshotReference, SnapshotRetention};
         let base: TableMetadata =
-            serde_json::from_str(include_str!("../commit/testdata/two_snapshots.json")).unwrap();
+            serde_json::from_str(include_str!("../testdata/two_snapshots.json")).unwrap();
         let property = TableUpdate::SetProperties {
             updates: HashMap::from([("floe.k".to_string(), "v".to_string())]),
         };
@@ -514,7 +514,7 @@ mod tests {
     #[test]
     fn updates_apply_in_place_to_metadata_held_once_and_to_a_copy_of_shared_metadata() {
         let base: TableMetadata =
-            serde_json::from_str(include_str!("../commit/testdata/two_snapshots.json")).unwrap();
+            serde_json::from_str(include_str!("../testdata/two_snapshots.json")).unwrap();
         let with_property = |value: &str| TableUpdate::SetProperties {
             updates: HashMap::from([("floe.k".to_string(), value.to_string())]),
         };
@@ -539,7 +539,7 @@ mod tests {
         use iceberg::spec::{SnapshotReference, SnapshotRetention};
         // The fixture's snapshot log is empty, which a removal refuses: log both.
         let mut json: serde_json::Value =
-            serde_json::from_str(include_str!("../commit/testdata/two_snapshots.json")).unwrap();
+            serde_json::from_str(include_str!("../testdata/two_snapshots.json")).unwrap();
         let log: Vec<serde_json::Value> = json["snapshots"]
             .as_array()
             .unwrap()

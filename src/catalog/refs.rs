@@ -226,15 +226,15 @@ mod tests {
     /// tables with branches, tags and retention settings.
     #[test]
     fn refs_match_the_json_form() {
-        let with_tag = include_str!("../commit/testdata/two_snapshots.json").replace(
+        let with_tag = include_str!("../testdata/two_snapshots.json").replace(
             r#""main": {"snapshot-id": 2, "type": "branch"}"#,
             r#""main": {"snapshot-id": 2, "type": "branch"},
                "v1": {"snapshot-id": 1, "type": "tag", "max-ref-age-ms": 9000},
                "audit": {"snapshot-id": 1, "type": "branch", "min-snapshots-to-keep": 4}"#,
         );
         for metadata in [
-            serde_json::from_str(include_str!("../commit/testdata/two_snapshots.json")).unwrap(),
-            crate::commit::fixture::table(
+            serde_json::from_str(include_str!("../testdata/two_snapshots.json")).unwrap(),
+            crate::fixture::table(
                 "{}",
                 2,
                 r#", "max-ref-age-ms": 5000, "min-snapshots-to-keep": 3"#,
@@ -254,7 +254,7 @@ mod tests {
     /// error). (A v1 table's JSON form has no refs: `None`, as before.)
     #[test]
     fn v3_and_empty_tables() {
-        let v2 = include_str!("../commit/testdata/two_snapshots.json");
+        let v2 = include_str!("../testdata/two_snapshots.json");
         let v3 = v2
             .replace(r#""format-version": 2"#, r#""format-version": 3"#)
             .replace(

@@ -1130,7 +1130,7 @@ mod tests {
     /// The fixture table with `count` snapshots, each the child of the one before.
     fn table_with_snapshots(count: usize) -> LoadedTable {
         let mut json: serde_json::Value =
-            serde_json::from_str(include_str!("../commit/testdata/two_snapshots.json")).unwrap();
+            serde_json::from_str(include_str!("../testdata/two_snapshots.json")).unwrap();
         let first = json["snapshots"][0].clone();
         let base_id = first["snapshot-id"].as_i64().unwrap();
         let snapshots: Vec<serde_json::Value> = (0..count as i64)

@@ -339,7 +339,7 @@ mod tests {
     }
 
     fn table(properties: &str, main_retention: &str) -> TableMetadata {
-        crate::commit::fixture::table(properties, 2, main_retention, "")
+        crate::fixture::table(properties, 2, main_retention, "")
     }
 
     #[test]
@@ -356,12 +356,7 @@ mod tests {
         assert_eq!(lists_to_read(&before, &after, &[1]), vec![2]);
         // A staged snapshot 3 hanging off 1 (never published): expiring it must keep
         // what 1 and 2 share with it, so every kept list is read.
-        let branched = crate::commit::fixture::table(
-            "{}",
-            2,
-            "",
-            &crate::commit::fixture::third_snapshot(1, ""),
-        );
+        let branched = crate::fixture::table("{}", 2, "", &crate::fixture::third_snapshot(1, ""));
         assert!(!single_chain(&branched));
         let mut lists = lists_to_read(&branched, &before, &[3]);
         lists.sort();

@@ -108,7 +108,7 @@ pub async fn find_landed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commit::fixture;
+    use crate::fixture;
 
     fn sent(parent: Option<i64>, sequence_number: i64) -> SentAttempt {
         SentAttempt {

@@ -420,7 +420,7 @@ mod tests {
     }
 
     fn table(properties: &str, main: i64, extra_snapshot: &str) -> TableMetadata {
-        crate::commit::fixture::table(properties, main, "", extra_snapshot)
+        crate::fixture::table(properties, main, "", extra_snapshot)
     }
 
     fn property(snapshot: i64, seq: i64) -> String {
@@ -452,11 +452,11 @@ mod tests {
         let e = committed_offsets(&m, "w").unwrap_err();
         assert!(e.to_string().contains("rolled back"), "{e}");
         // Rolled back, then another tool committed on top (snapshot 3, parent 1).
-        let other = crate::commit::fixture::third_snapshot(1, "");
+        let other = crate::fixture::third_snapshot(1, "");
         let m = table(&property(2, 2), 3, &other);
         assert!(committed_offsets(&m, "w").is_err());
         // No record, but this writer id committed before: refused, not "nothing".
-        let mine = crate::commit::fixture::third_snapshot(2, r#", "floe.writer-id": "w""#);
+        let mine = crate::fixture::third_snapshot(2, r#", "floe.writer-id": "w""#);
         let m = table("{}", 3, &mine);
         assert!(committed_offsets(&m, "w").is_err());
         assert!(committed_offsets(&m, "someone-else").unwrap().is_empty());
@@ -466,8 +466,7 @@ mod tests {
     fn records_of_an_older_floe_committed_after_the_property_are_added() {
         // Property written with snapshot 2; an older floe (same writer id) committed 3 on
         // top with its record in the summary.
-        let older =
-            crate::commit::fixture::third_snapshot(2, r#", "floe.offsets.w": "{\"s\":[[8,8]]}""#);
+        let older = crate::fixture::third_snapshot(2, r#", "floe.offsets.w": "{\"s\":[[8,8]]}""#);
         let m = table(&property(2, 2), 3, &older);
         let committed = committed_offsets(&m, "w").unwrap();
         assert!(committed.contains("s", 7) && committed.contains("s", 8));

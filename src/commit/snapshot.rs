@@ -694,7 +694,7 @@ mod tests {
     #[test]
     fn legacy_summary_records_are_read_past_other_tools_snapshots() {
         // Snapshot 1 (floe) holds writer a's record; the head (another tool) holds none.
-        let json = include_str!("testdata/two_snapshots.json").replacen(
+        let json = include_str!("../testdata/two_snapshots.json").replacen(
             r#""summary": {"operation": "append"}"#,
             r#""summary": {"operation": "append", "floe.offsets.a": "{\"s\":[[0,9]]}"}"#,
             1,
@@ -706,7 +706,7 @@ mod tests {
 
     #[test]
     fn main_keeps_its_retention_settings() {
-        let json = include_str!("testdata/two_snapshots.json").replace(
+        let json = include_str!("../testdata/two_snapshots.json").replace(
             r#""main": {"snapshot-id": 2, "type": "branch"}"#,
             r#""main": {"snapshot-id": 2, "type": "branch", "min-snapshots-to-keep": 7}"#,
         );

@@ -6,16 +6,7 @@
 use base64::Engine;
 use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Timelike};
 
-/// How epoch numbers given for `timestamp`/`timestamptz` columns are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EpochUnit {
-    S,
-    #[default]
-    Ms,
-    Us,
-    Ns,
-}
+pub use crate::config::EpochUnit;
 
 const UNIX_EPOCH_DAY: i32 = 719_163; // days from 0001-01-01 (CE day 1) to 1970-01-01
 

@@ -409,7 +409,7 @@ pub(crate) mod tests {
     /// must write the same entries: same status, snapshot ids and sequence numbers.
     #[tokio::test]
     async fn merging_remembered_entries_writes_what_merging_from_storage_does() {
-        let metadata = crate::commit::fixture::table("{}", 2, "", "");
+        let metadata = crate::fixture::table("{}", 2, "", "");
         let spec = metadata.default_partition_spec().as_ref().clone();
         let io = FileIO::new_with_memory();
         let remembering = ManifestCache::default();

@@ -27,7 +27,6 @@ use parquet::schema::types::ColumnPath;
 
 use crate::config::{Compression, ParquetConfig, StringEncoding};
 use crate::error::{Error, Result};
-use crate::rowops::KeyColumns;
 
 /// Default zstd level: level 1 keeps encoding off the critical path of a stream writer
 /// while still compressing typical event data 3–5×.
@@ -318,12 +317,13 @@ impl DataFileSink {
     }
 }
 
-/// Writes `keys` (a batch in the key schema) as equality-delete files on the key's field
-/// ids, fanned out like data files: a table partitioned by key columns gets one delete
+/// Writes `keys` (a batch in `key_schema`, the key columns alone) as equality-delete
+/// files on the key's field ids (`equality_ids`), fanned out like data files: a table partitioned by key columns gets one delete
 /// file per partition, so a delete applies only where its key's rows can be.
 pub async fn write_equality_delete_files(
     keys: &RecordBatch,
-    key_columns: &KeyColumns,
+    key_schema: &iceberg::spec::SchemaRef,
+    equality_ids: &[i32],
     metadata: &TableMetadata,
     file_io: &FileIO,
     settings: &FileSettings,
@@ -331,8 +331,8 @@ pub async fn write_equality_delete_files(
     if keys.num_rows() == 0 {
         return Ok(Vec::new());
     }
-    let schema = key_columns.schema.clone();
-    let config = EqualityDeleteWriterConfig::new(key_columns.field_ids.clone(), schema.clone())?;
+    let schema = key_schema.clone();
+    let config = EqualityDeleteWriterConfig::new(equality_ids.to_vec(), schema.clone())?;
     // The key schema itself, not one converted back from Arrow: that round trip turns
     // uuid into fixed(16), and readers then cannot compare the keys with the data.
     let rolling = rolling_parquet(&schema, "-deletes", metadata, file_io, settings)?;
@@ -441,7 +441,7 @@ mod tests {
 
     /// The fixture table with a string column `s` besides `id`.
     fn with_string_column() -> TableMetadata {
-        let table = crate::commit::fixture::table("{}", 2, "", "");
+        let table = crate::fixture::table("{}", 2, "", "");
         let mut json = serde_json::to_value(&table).unwrap();
         json["schemas"][0]["fields"]
             .as_array_mut()

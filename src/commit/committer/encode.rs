@@ -178,7 +178,15 @@ pub(super) async fn write_group(
         // Copy-on-write and positional remove rows at commit time instead.
         _ if Removal::of(merge_strategy).is_some() => Vec::new(),
         (Some(keys), Some(columns)) => {
-            write_equality_delete_files(keys, columns, metadata, io, &view.settings).await?
+            write_equality_delete_files(
+                keys,
+                &columns.schema,
+                &columns.field_ids,
+                metadata,
+                io,
+                &view.settings,
+            )
+            .await?
         }
         _ => Vec::new(),
     };

@@ -889,7 +889,7 @@ mod tests {
     #[test]
     fn a_kept_table_stands_only_over_the_table_it_was_kept_over() {
         let metadata: TableMetadata =
-            serde_json::from_str(include_str!("../testdata/two_snapshots.json")).unwrap();
+            serde_json::from_str(include_str!("../../testdata/two_snapshots.json")).unwrap();
         let shown = Arc::new(metadata.clone());
         let kept = KeptTable::kept_over(table(Arc::new(metadata.clone())), &shown);
         assert!(kept.current_over(&shown));

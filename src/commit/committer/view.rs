@@ -345,7 +345,7 @@ mod tests {
     #[test]
     fn a_table_created_again_is_not_the_same_shape() {
         let json: serde_json::Value =
-            serde_json::from_str(include_str!("../testdata/two_snapshots.json")).unwrap();
+            serde_json::from_str(include_str!("../../testdata/two_snapshots.json")).unwrap();
         let mut again = json.clone();
         again["table-uuid"] = "0b1a5e5e-0000-4000-8000-000000000001".into();
         assert!(same_shape(&table(json.clone()), &table(json.clone())));
