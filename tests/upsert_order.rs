@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
-use support::{Rng, read_back, runtime, scan_columns};
+use support::{Rng, read_back, runtime, scan_columns, write_ordered_call};
 
 /// Key → the `v` of each of its rows (several only after inserts of a live key).
 type Model = BTreeMap<i64, Vec<String>>;
@@ -75,49 +75,19 @@ fn random_call(rng: &mut Rng, model: &mut Model, round: usize, call: usize) -> V
     ops
 }
 
-/// Writes one call under its ticket, retrying (as the Go shim does) the messages that
-/// failed not at their fault, until all are written; then gives the ticket back.
+/// Writes one call under its ticket (see [`write_ordered_call`]), counting its retries.
 async fn write_call(writer: Arc<Writer>, ticket: u64, ops: Vec<Op>) -> Result<(), String> {
-    let mut left: Vec<usize> = (0..ops.len()).collect();
-    for _ in 0..200 {
-        let messages: Vec<Message<'_>> = left
-            .iter()
-            .map(|&i| Message {
-                operation: Some(ops[i].0),
-                ..Message::insert(ops[i].1.as_bytes())
-            })
-            .collect();
-        let failed = vec![None; messages.len()];
-        let failures = match writer.write_call(ticket, &messages, failed).await {
-            Ok(out) => out.failures,
-            Err(e) => vec![Some(e); left.len()],
-        };
-        if let Some(e) = failures
-            .iter()
-            .flatten()
-            .find(|e| e.kind() == floe::error::ErrorKind::Data)
-        {
-            writer.depart(ticket);
-            return Err(format!("a message failed at its own fault: {e}"));
-        }
-        left = left
-            .iter()
-            .zip(&failures)
-            .filter(|(_, f)| f.is_some())
-            .map(|(&i, _)| i)
-            .collect();
-        if left.is_empty() {
-            writer.depart(ticket);
-            return Ok(());
-        }
+    let messages: Vec<Message<'_>> = ops
+        .iter()
+        .map(|(op, payload)| Message {
+            operation: Some(op),
+            ..Message::insert(payload.as_bytes())
+        })
+        .collect();
+    write_ordered_call(&writer, ticket, &messages, |_| {
         RETRIES.fetch_add(1, Ordering::Relaxed);
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
-    writer.depart(ticket);
-    Err(format!(
-        "{} messages still failing after 200 tries",
-        left.len()
-    ))
+    })
+    .await
 }
 
 fn expected(model: &Model) -> Vec<(i64, String)> {

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::json;
-use support::{runtime, scan_columns};
+use support::{runtime, scan_columns, write_ordered_call};
 
 const SOURCE: &str = "topic/0";
 
@@ -26,54 +26,28 @@ type Op = (&'static str, String, i64);
 /// Attempts refused for a position in flight: the race must have happened.
 static REFUSED: AtomicUsize = AtomicUsize::new(0);
 
-/// Writes one call under its ticket, retrying the messages not at fault (as the Go shim
-/// does) until all are written or acknowledged; then gives the ticket back.
+/// Writes one call under its ticket (see [`write_ordered_call`]), counting the attempts
+/// refused for a position in flight.
 async fn write_call(writer: Arc<Writer>, ticket: u64, ops: Vec<Op>) -> Result<(), String> {
-    let mut left: Vec<usize> = (0..ops.len()).collect();
-    for _ in 0..2000 {
-        let messages: Vec<Message<'_>> = left
-            .iter()
-            .map(|&i| Message {
-                operation: Some(ops[i].0),
-                source: Some(SOURCE),
-                offset: Some(ops[i].2),
-                ..Message::insert(ops[i].1.as_bytes())
-            })
-            .collect();
-        let failed = vec![None; messages.len()];
-        let failures = match writer.write_call(ticket, &messages, failed).await {
-            Ok(out) => out.failures,
-            Err(e) => vec![Some(e); left.len()],
-        };
-        if failures
+    let messages: Vec<Message<'_>> = ops
+        .iter()
+        .map(|(op, payload, offset)| Message {
+            operation: Some(op),
+            source: Some(SOURCE),
+            offset: Some(*offset),
+            ..Message::insert(payload.as_bytes())
+        })
+        .collect();
+    write_ordered_call(&writer, ticket, &messages, |failures| {
+        let refused = failures
             .iter()
             .flatten()
-            .any(|e| e.to_string().contains("is being committed by another call"))
-        {
+            .any(|e| e.to_string().contains("is being committed by another call"));
+        if refused {
             REFUSED.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(e) = failures
-            .iter()
-            .flatten()
-            .find(|e| e.kind() == floe::error::ErrorKind::Data)
-        {
-            writer.depart(ticket);
-            return Err(format!("a message failed at its own fault: {e}"));
-        }
-        left = left
-            .iter()
-            .zip(&failures)
-            .filter(|(_, f)| f.is_some())
-            .map(|(&i, _)| i)
-            .collect();
-        if left.is_empty() {
-            writer.depart(ticket);
-            return Ok(());
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
-    writer.depart(ticket);
-    Err(format!("{} messages still failing", left.len()))
+    })
+    .await
 }
 
 #[test]

@@ -435,3 +435,61 @@ pub fn scan_columns(
     }
     rows
 }
+
+/// Writes one ordered call (`ticket`, from `Writer::arrive`) as the Go shim does: the
+/// messages that failed not at their own fault are sent again under the same ticket
+/// (`on_retry` sees each attempt's failures first) until all are written or acknowledged;
+/// then the ticket is given back. Fails on a message at its own fault, or after 2,000 tries.
+#[allow(dead_code)]
+pub async fn write_ordered_call(
+    writer: &floe::writer::Writer,
+    ticket: u64,
+    messages: &[floe::writer::Message<'_>],
+    mut on_retry: impl FnMut(&[Option<floe::error::Error>]),
+) -> Result<(), String> {
+    let mut left: Vec<usize> = (0..messages.len()).collect();
+    let outcome = loop_until_written(writer, ticket, messages, &mut left, &mut on_retry).await;
+    writer.depart(ticket);
+    outcome
+}
+
+async fn loop_until_written(
+    writer: &floe::writer::Writer,
+    ticket: u64,
+    messages: &[floe::writer::Message<'_>],
+    left: &mut Vec<usize>,
+    on_retry: &mut impl FnMut(&[Option<floe::error::Error>]),
+) -> Result<(), String> {
+    for _ in 0..2000 {
+        let batch: Vec<floe::writer::Message<'_>> = left.iter().map(|&i| messages[i]).collect();
+        let failures = match writer
+            .write_call(ticket, &batch, vec![None; batch.len()])
+            .await
+        {
+            Ok(out) => out.failures,
+            Err(e) => vec![Some(e); batch.len()],
+        };
+        if let Some(e) = failures
+            .iter()
+            .flatten()
+            .find(|e| e.kind() == floe::error::ErrorKind::Data)
+        {
+            return Err(format!("a message failed at its own fault: {e}"));
+        }
+        *left = left
+            .iter()
+            .zip(&failures)
+            .filter(|(_, f)| f.is_some())
+            .map(|(&i, _)| i)
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        on_retry(&failures);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    Err(format!(
+        "{} messages still failing after 2000 tries",
+        left.len()
+    ))
+}
