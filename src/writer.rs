@@ -472,17 +472,13 @@ impl Writer {
                 group.failures.push((pos, e));
             }
         }
-        group.failures.extend(plan.conflicting);
         // A message whose offset another call is still committing is not at fault
         // (kind Unavailable): retried, it is acknowledged once that commit lands, and the
         // messages after it are retried with it. This call keeps its place for them
         // unless the holder arrived after it (see `waits_for_later`).
+        group.retry_left = plan.holds_later_calls_back(&group.failures);
+        group.failures.extend(plan.conflicting);
         group.failures.extend(plan.refused);
-        group.retry_left = !plan.waits_for_later
-            && group
-                .failures
-                .iter()
-                .any(|(_, e)| e.kind() != ErrorKind::Data);
         Ok(group)
     }
 
@@ -584,9 +580,11 @@ impl Writer {
                     let e = in_flight_position(idx[pos], source, offset, same_payload);
                     match e.kind() {
                         ErrorKind::Data => plan.conflicting.push((pos, e)),
-                        _ => plan.refused.push((pos, e)),
+                        _ => {
+                            plan.refused.push((pos, e));
+                            plan.waits_for_later |= waits_for_later(ticket, holder);
+                        }
                     }
-                    plan.waits_for_later |= waits_for_later(ticket, holder);
                 }
             }
         }
@@ -756,9 +754,7 @@ impl Writer {
         failpoint::hit(failpoint::names::BEFORE_SUBMIT);
         // Messages held back to be retried: the calls after this one wait for them (see
         // `commit::order`), unless a later call holds what this one waits for.
-        let complete = plan.waits_for_later
-            || (plan.refused.is_empty()
-                && failures.iter().all(|(_, e)| e.kind() == ErrorKind::Data));
+        let complete = !plan.holds_later_calls_back(&failures);
         let committed = handle
             .committer
             .submit(ticket, complete, claim, submission)
@@ -1148,6 +1144,18 @@ struct WritePlan {
     waits_for_later: bool,
     /// Positions repeated with a different payload: the source names no partition.
     conflicting: Vec<(usize, Error)>,
+}
+
+impl WritePlan {
+    /// Whether the call keeps later calls waiting at the table after this attempt: some
+    /// of its messages (refused, or failed not at their fault among `failures`) are to be
+    /// retried, and their retry must land before the later calls' rows — unless a
+    /// refused position is held by a later call (see [`waits_for_later`]).
+    fn holds_later_calls_back(&self, failures: &[(usize, Error)]) -> bool {
+        !self.waits_for_later
+            && (!self.refused.is_empty()
+                || failures.iter().any(|(_, e)| e.kind() != ErrorKind::Data))
+    }
 }
 
 /// A cheap fingerprint of a payload, to tell a replayed message from a different one
