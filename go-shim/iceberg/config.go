@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/floe-dev/floe/go-shim/floe"
@@ -99,7 +100,7 @@ func registerConfigLint() {
 	err := bloblang.RegisterMethodV2(lintMethod, spec, func(*bloblang.ParsedParams) (bloblang.Method, error) {
 		return func(v any) (any, error) {
 			section, ok := v.(map[string]any)
-			if !ok {
+			if !ok || hostLints.Load() {
 				return []any{}, nil
 			}
 			problems := []any{}
@@ -131,31 +132,36 @@ func checkedConfig(conf *service.ParsedConfig) ([]byte, error) {
 	}
 	cfg, problems := checkSection(fields, maxInFlight)
 	if len(problems) > 0 {
-		return nil, errors.New(strings.Join(problems, "; "))
+		return nil, errors.New(strings.Join(problemTexts(problems), "; "))
 	}
 	return cfg, nil
 }
 
 // checkSection is libfloe's JSON config for a section and every problem with it: what
 // the spec refuses, then what libfloe says about the rest. The refused values are taken
-// out first, as libfloe's parse stops at the first value it cannot take.
-func checkSection(section map[string]any, maxInFlight int) ([]byte, []string) {
+// out first, as libfloe's parse stops at the first value it cannot take. Each problem
+// carries the field it is about (libfloe's by the path its line starts with), for lint
+// lines at the field's position.
+func checkSection(section map[string]any, maxInFlight int) ([]byte, []specProblem) {
 	refused := typeProblems(section)
-	problems := problemTexts(refused)
+	problems := slices.Clone(refused)
 	cfg, err := libfloeConfig(withoutProblems(section, refused), maxInFlight)
 	if err != nil {
-		return nil, append(problems, err.Error())
+		return nil, append(problems, libfloeProblem(err.Error()))
 	}
 	// The section as written: a namespace refused for its type is not also "empty".
 	problems = append(problems, namingProblems(section)...)
-	return cfg, append(problems, floe.CheckConfig(cfg)...)
+	for _, line := range floe.CheckConfig(cfg) {
+		problems = append(problems, libfloeProblem(line))
+	}
+	return cfg, problems
 }
 
 // namingProblems: the host names every message's table from `namespace` and `table`,
 // so each must be given and, when static, not empty (an unset `${VAR:}` leaves it
 // empty, and every message would then fail).
-func namingProblems(section map[string]any) []string {
-	var problems []string
+func namingProblems(section map[string]any) []specProblem {
+	var problems []specProblem
 	for _, key := range []string{fNamespace, fTable} {
 		raw, present := section[key]
 		text, isText := raw.(string)
@@ -164,7 +170,7 @@ func namingProblems(section map[string]any) []string {
 		}
 		if is, err := service.NewInterpolatedString(text); err == nil {
 			if value, static := is.Static(); static && strings.TrimSpace(value) == "" {
-				problems = append(problems, fmt.Sprintf("%s is empty: give it (an unset environment variable leaves it empty) or interpolate it per message", key))
+				problems = append(problems, specProblem{path: []string{key}, text: fmt.Sprintf("%s is empty: give it (an unset environment variable leaves it empty) or interpolate it per message", key)})
 			}
 		}
 	}
@@ -174,10 +180,7 @@ func namingProblems(section map[string]any) []string {
 // configProblems is every problem with a section (checkSection), [] when none.
 func configProblems(section map[string]any, maxInFlight int) []string {
 	_, problems := checkSection(section, maxInFlight)
-	if problems == nil {
-		return []string{}
-	}
-	return problems
+	return problemTexts(problems)
 }
 
 // libfloeConfig is the section without the host's fields, as JSON. A namespace or table

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floe-dev/floe/go-shim/floe"
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"gopkg.in/yaml.v3"
 )
 
 // libfloe parses the section with serde, which stops at the first value it cannot
@@ -26,7 +27,8 @@ import (
 // rule and start-up see it, so values of a wrong YAML type for a typed field stop there
 // (lint runs no rule for such a section; start-up prints Benthos' decode error). The
 // check sees unknown keys, enum values and durations, and every type when given the
-// section as YAML decodes it without the spec (ConfigProblems).
+// section as YAML decodes it without the spec (ConfigProblems, SectionProblems), as the
+// floe binary's `lint` and `run` hooks give it (lint_section.go).
 
 // specField is what the output's spec says about one field.
 type specField struct {
@@ -121,6 +123,9 @@ func joinPath(parent, name string) string {
 type specProblem struct {
 	path []string
 	text string
+	// undecodable: Benthos cannot read the section against the spec with this value
+	// (a wrong YAML type), so its start-up would stop there, naming it alone.
+	undecodable bool
 }
 
 // typeProblems checks a section against the spec, in the spec's field order, and its
@@ -320,6 +325,7 @@ func optionProblems(path []string, v any, f *specField) []specProblem {
 		return nil
 	}
 	problem := wrongType(path, "one of "+optionList(f.options), v, f)
+	problem.undecodable = false // text, which Benthos reads
 	if near := nearest(text, f.options); near != "" {
 		problem.text += "; did you mean " + near + "?"
 	}
@@ -372,8 +378,9 @@ func plural(f *specField) string {
 // wrongType is the line for a value a field does not take.
 func wrongType(path []string, want string, v any, f *specField) specProblem {
 	return specProblem{
-		path: path,
-		text: fmt.Sprintf("%s: expected %s, got %s", strings.Join(path, "."), want, given(v, f.secret)),
+		path:        path,
+		text:        fmt.Sprintf("%s: expected %s, got %s", strings.Join(path, "."), want, given(v, f.secret)),
+		undecodable: true,
 	}
 }
 
@@ -536,12 +543,14 @@ func problemTexts(problems []specProblem) []string {
 // Benthos' own decoding would stop lint's rule (it runs no rule for a section it
 // cannot decode) or start-up at the first one. An absent section is an empty one.
 func ConfigProblems(section any) []string {
-	if section == nil {
-		section = map[string]any{}
+	var n yaml.Node
+	if err := n.Encode(section); err != nil {
+		return []string{fmt.Sprintf("the iceberg output's config is not YAML: %v", err)}
 	}
-	fields, ok := section.(map[string]any)
-	if !ok {
-		return []string{fmt.Sprintf("the iceberg output's config must be an object, got %s", given(section, false))}
+	problems := SectionProblems(&n)
+	texts := make([]string, len(problems))
+	for i, p := range problems {
+		texts[i] = p.Text
 	}
-	return configProblems(fields, 0)
+	return texts
 }

@@ -9,6 +9,9 @@
 // finish, so with more than one thread a later value of a key can be overtaken by an
 // earlier one. The input's own `processors` run in order, on the input's goroutine.
 //
+// It also runs a given check on every iceberg output section as YAML decodes it
+// (sections.go), printing each problem at its field's line.
+//
 // The package has no cgo import, so its tests run without libfloe.
 package lintcheck
 
@@ -147,9 +150,9 @@ func keyedOutputs(d Doc) []keyedOutput {
 	var outs []keyedOutput
 	for _, top := range []string{"output", "output_resources"} {
 		if v := field(root, top); v != nil {
-			walk(v, top, 0, func(path, label string, ice *yaml.Node, line int) {
+			walk(v, top, 0, func(path, label string, key, ice *yaml.Node) {
 				if op, keyed := rowOperation(ice); keyed {
-					outs = append(outs, keyedOutput{file: d.Name, path: path, label: label, line: line, op: op})
+					outs = append(outs, keyedOutput{file: d.Name, path: path, label: label, line: key.Line, op: op})
 				}
 			})
 		}
@@ -159,7 +162,7 @@ func keyedOutputs(d Doc) []keyedOutput {
 
 // walk calls visit for every `iceberg` key with an object value under n, with the
 // `label` beside it, if any.
-func walk(n *yaml.Node, path string, depth int, visit func(path, label string, ice *yaml.Node, line int)) {
+func walk(n *yaml.Node, path string, depth int, visit func(path, label string, key, ice *yaml.Node)) {
 	n = resolve(n)
 	if n == nil || depth > maxDepth {
 		return
@@ -174,7 +177,7 @@ func walk(n *yaml.Node, path string, depth int, visit func(path, label string, i
 			k, v := n.Content[i], resolve(n.Content[i+1])
 			p := path + "." + k.Value
 			if k.Value == "iceberg" && v != nil && v.Kind == yaml.MappingNode {
-				visit(p, label, v, k.Line)
+				visit(p, label, k, v)
 				continue
 			}
 			walk(v, p, depth+1, visit)

@@ -1,8 +1,10 @@
 package lintcheck
 
 import (
+	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/urfave/cli/v2"
@@ -27,6 +29,9 @@ import (
 //     too. It never stops the run. `streams` mode is not checked (its stream
 //     configs are read later, one by one).
 //
+// With Sections set, both also check every iceberg output section as written (see
+// Hook.Sections).
+//
 // Both options are single-slot in Benthos: a binary that needs them for something
 // else must call the hook's methods from its own functions.
 type Hook struct {
@@ -34,6 +39,12 @@ type Hook struct {
 	Stderr io.Writer
 	// LookupEnv resolves `${VAR}` in files the hook reads (os.LookupEnv when nil).
 	LookupEnv func(string) (string, bool)
+	// Sections, when set, checks every iceberg output section: `lint` prints its
+	// problems at their fields' lines (LintSections); `run`, where Benthos would stop
+	// at a section's first value of a wrong type, stops there with all of them. SectionsLinted is called before lint checks them: the floe binary makes
+	// the output's own lint rule quiet there, so no line is printed twice.
+	Sections       SectionCheck
+	SectionsLinted func()
 
 	lintFound bool
 	resources []string
@@ -85,6 +96,14 @@ func (h *Hook) BeforeCommand(c *cli.Context) error {
 	if LintFiles(w, targets, resources, h.lookup()) {
 		h.lintFound = true
 	}
+	if h.Sections != nil {
+		if h.SectionsLinted != nil {
+			h.SectionsLinted()
+		}
+		if LintSections(w, targets, resources, h.lookup(), h.Sections) {
+			h.lintFound = true
+		}
+	}
 	return nil
 }
 
@@ -108,7 +127,38 @@ func (h *Hook) OnConfigParse(pConf *service.ParsedConfig) error {
 	for _, f := range Check(Doc{Root: &n}, res...) {
 		pConf.Resources().Logger().Warnf("%s", f.Message)
 	}
+	if h.Sections != nil {
+		return sectionsAtStartUp(pConf.Resources().Logger(), Doc{Root: &n}, res, h.Sections)
+	}
 	return nil
+}
+
+// sectionsAtStartUp stops a start-up that Benthos' reading of an iceberg output section
+// would stop at its first value of a wrong type, logging every problem of the config's
+// sections (the main config's and the resource files') as an error first: the lines
+// `floe lint` prints, all of them. Sections that read leave their problems to the
+// output's constructor, which names them all.
+func sectionsAtStartUp(log *service.Logger, main Doc, res []Doc, check SectionCheck) error {
+	var problems []sectionProblem
+	undecodable := false
+	for _, d := range append([]Doc{main}, res...) {
+		for _, p := range checkSections(d, check) {
+			if d.Name != "" {
+				p.section += " in " + d.Name
+			}
+			problems = append(problems, p)
+			undecodable = undecodable || p.undecodable
+		}
+	}
+	if !undecodable {
+		return nil
+	}
+	texts := make([]string, len(problems))
+	for i, p := range problems {
+		texts[i] = fmt.Sprintf("%s: %s", p.section, p.text)
+		log.Errorf("iceberg output config: %s", texts[i])
+	}
+	return fmt.Errorf("the iceberg output config has %d problem(s): %s", len(texts), strings.Join(texts, "; "))
 }
 
 // stringSliceUp reads a flag from the innermost command that set it, as Benthos

@@ -2,7 +2,9 @@
 // `iceberg` output: `floe run pipeline.yaml`, `floe lint pipeline.yaml`.
 //
 // Both also check that keyed iceberg writes keep their order (see lintcheck): lint
-// fails (exit 1) with a lint line, run logs a warning and goes on. `floe docs` writes
+// fails (exit 1) with a lint line, run logs a warning and goes on. Both check every
+// iceberg output section as written, whatever Benthos can decode of it: lint prints each
+// problem at its field's line, run refuses to start with all of them. `floe docs` writes
 // the reference pages of floe's components (see docsgen).
 package main
 
@@ -20,12 +22,14 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/urfave/cli/v2"
+	"gopkg.in/yaml.v3"
 )
 
 func main() {
-	// As service.RunCLI, plus the keyed-order check's exit code.
-	var keyedOrder lintcheck.Hook
-	opts := append(keyedOrder.CLIOpts(),
+	// As service.RunCLI, plus the hook's checks (keyed order, iceberg sections) and
+	// their exit code.
+	hook := lintcheck.Hook{Sections: icebergSection, SectionsLinted: iceberg.LeaveLintToHost}
+	opts := append(hook.CLIOpts(),
 		service.CLIOptSetProductName("floe"),
 		service.CLIOptSetBinaryName("floe"),
 		service.CLIOptSetVersion(versionText(), buildDate()),
@@ -43,9 +47,19 @@ func main() {
 		// A permanent error stopped the host, or messages were left unwritten.
 		code = iceberg.ExitCode()
 	}
-	if code = keyedOrder.ExitCode(code); code != 0 {
+	if code = hook.ExitCode(code); code != 0 {
 		os.Exit(code)
 	}
+}
+
+// icebergSection is the iceberg output's check of a section (iceberg.SectionProblems)
+// for the lint hook.
+func icebergSection(section *yaml.Node) []lintcheck.Problem {
+	var out []lintcheck.Problem
+	for _, p := range iceberg.SectionProblems(section) {
+		out = append(out, lintcheck.Problem{Path: p.Path, Text: p.Text, Undecodable: p.Undecodable})
+	}
+	return out
 }
 
 // docsCommand is `floe docs`: the reference pages of floe's components, written into a
