@@ -9,6 +9,7 @@ import http.server
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -154,6 +155,32 @@ def test_a_host_stopped_with_messages_unwritten_says_how_many_and_exits_non_zero
     assert rc not in (0, None), log[-3000:]
     unwritten = [line for line in log.splitlines() if "messages were not written when the output closed" in line]
     assert unwritten, log[-3000:]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_host_whose_catalog_is_unreachable_counts_what_it_never_wrote_and_exits_non_zero(tmp_path, sig):
+    """The catalog is never reached (nothing listens on its port): the batches are handed
+    to the output all the same and retried, the refusal is logged once per cause rather
+    than once a second, and a host stopped by a signal says how many messages it left
+    unwritten and exits non-zero."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # released: nothing listens there
+    text = (f"input:\n  generate:\n    count: {COUNT}\n    interval: \"\"\n    batch_size: 10\n"
+            f"    mapping: 'root.id = count(\"unreachable\")'\noutput:\n  iceberg:\n"
+            f"    catalog: {{ url: http://127.0.0.1:{port} }}\n    namespace: p\n    table: t\n"
+            "    schema_evolution: { enabled: true }\n")
+    proc = start(tmp_path, text)
+    time.sleep(6)
+    assert proc.poll() is None, (tmp_path / "floe.log").read_text()[-3000:]
+    os.killpg(proc.pid, sig)
+    rc = finish(proc, 60)
+    log = (tmp_path / "floe.log").read_text()
+    assert rc not in (0, None), log[-3000:]
+    unwritten = [line for line in log.splitlines() if "messages were not written when the output closed" in line]
+    assert unwritten and f"{COUNT} messages" in unwritten[0], log[-3000:]
+    refused = [line for line in log.splitlines() if f"127.0.0.1:{port}" in line and "refused" in line.lower()]
+    assert 1 <= len(refused) <= 2, "\n".join(refused)
 
 
 def test_a_clean_run_exits_0_without_an_unwritten_line(tmp_path):

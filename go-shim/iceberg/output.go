@@ -421,14 +421,10 @@ func (o *output) Connect(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	err := o.open()
-	if err != nil && o.givesUp(err) {
-		// The host would retry Connect for ever: write calls fail with the error
-		// instead (to a fallback output), or the host stops.
-		o.permanentFailure(ctx, err)
-		return nil
+	if err := o.open(); err != nil {
+		return o.openFailed(ctx, err)
 	}
-	return err
+	return nil
 }
 
 // open opens libfloe's writer unless it is open. Its error is kept for write calls.

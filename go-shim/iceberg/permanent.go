@@ -95,6 +95,23 @@ func (o *output) permanentFailure(ctx context.Context, err error) error {
 	return err
 }
 
+// openFailed is Connect's answer when libfloe cannot open. Benthos would otherwise retry
+// Connect about once a second for ever, logging every attempt, and hand the output no
+// batch meanwhile, so a host stopped then exits 0 and counts nothing unwritten. Connect
+// therefore reports success, and each write call opens again or ends unwritten
+// (ErrNotConnected: the host calls Connect, which waits the outage's backoff, and
+// retries the batch): a permanent error fails the calls or stops the host
+// (permanentFailure), any other is logged once per cause (outage.say), and what is
+// left when the host stops is counted (reportUnwritten).
+func (o *output) openFailed(ctx context.Context, err error) error {
+	if o.givesUp(err) {
+		o.permanentFailure(ctx, err)
+		return nil
+	}
+	o.outage.say(fmt.Sprintf("iceberg output: not connected, retrying it with backoff (batches wait; none is routed to a fallback output): %v", err), err, o.log)
+	return nil
+}
+
 // pending counts the messages of calls that ended unwritten and have not been written
 // since: a call the host will retry (ErrNotConnected) or one cut short by the host
 // stopping. The host hands a retried batch over in new message values, so a batch is

@@ -1,12 +1,14 @@
 package iceberg
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/floe-dev/floe/go-shim/floe"
+	"github.com/redpanda-data/benthos/v4/public/service"
 )
 
 func TestPermanentErrorsAreTheOnesARetryCannotCure(t *testing.T) {
@@ -82,5 +84,33 @@ func TestUnderFailOnlyThePermanentFailuresAndThoseHeldBackBehindThemSettle(t *te
 	}
 	if o.permanentAmong(failures, settled) != nil {
 		t.Fatal("a settled failure was given up on again")
+	}
+}
+
+// A catalog that cannot be reached when the output connects: Connect reports success
+// (Benthos would otherwise retry it once a second, logging each time, and hand over no
+// batch), the write call ends unwritten for the host to retry, and what is left when
+// the output closes is counted and makes the exit non-zero.
+func TestAnUnreachableCatalogLeavesTheBatchesUnwrittenAndCountsThem(t *testing.T) {
+	t.Cleanup(func() { hostExit.Store(0) })
+	out := outputFor(t, "catalog: {url: \"http://127.0.0.1:1\"}\nnamespace: p\ntable: t\n")
+	ctx := context.Background()
+	if err := out.Connect(ctx); err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	if err := out.WriteBatch(ctx, batchOf(`{"id": 1}`, `{"id": 2}`)); !errors.Is(err, service.ErrNotConnected) {
+		t.Fatalf("write: %v, want ErrNotConnected", err)
+	}
+	if err := out.Connect(ctx); err != nil {
+		t.Fatalf("Connect again: %v", err)
+	}
+	if out.outage.failures != 2 || out.outage.backoff() == 0 {
+		t.Fatalf("each Connect counts the outage (%d) and backs off (%s)", out.outage.failures, out.outage.backoff())
+	}
+	if err := out.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ExitCode() != 1 || out.pending.messages() != 2 {
+		t.Fatalf("exit code %d, %d messages unwritten; want 1 and 2", ExitCode(), out.pending.messages())
 	}
 }
