@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 // Bumped whenever a signature or struct layout in `floe.h` changes incompatibly.
-#define FLOE_ABI_VERSION 6
+#define FLOE_ABI_VERSION 7
 
 // Result of every fallible call. Numbers are stable; new ones are only appended.
 enum floe_status
@@ -40,6 +40,24 @@ enum floe_status
 typedef uint32_t floe_status;
 #endif // __cplusplus
 
+// What an event reports.
+enum floe_event_kind
+#ifdef __cplusplus
+  : uint32_t
+#endif // __cplusplus
+ {
+  // A snapshot landed.
+  FLOE_EVENT_KIND_COMMITTED = 1,
+  // A commit gave up: its write calls fail (`failure` says why).
+  FLOE_EVENT_KIND_COMMIT_FAILED = 2,
+  // One group's data and delete files were written (encoded, and uploaded unless they
+  // go up with the commit).
+  FLOE_EVENT_KIND_FILES_WRITTEN = 3,
+};
+#ifndef __cplusplus
+typedef uint32_t floe_event_kind;
+#endif // __cplusplus
+
 // What one write did. Free with `floe_batch_result_free`.
 typedef struct floe_batch_result floe_batch_result;
 
@@ -55,6 +73,30 @@ typedef struct floe_error floe_error;
 // A writer for one configuration. Many threads may call `floe_writer_write` on the same
 // writer at once. Free with `floe_writer_free` once no call is using it.
 typedef struct floe_writer floe_writer;
+
+// One event. Durations and counts its kind does not have are zero.
+typedef struct floe_event {
+  floe_event_kind kind;
+  // `FLOE_STATUS_OK`, or for `COMMIT_FAILED` the status the commit failed with.
+  floe_status failure;
+  // The table, `namespace.table`, NUL-terminated: valid until the writer is freed, and
+  // the same pointer for every event of the table (a host may cache by address).
+  // Past 1,024 tables a writer reports `_other`.
+  const char *table;
+  // COMMITTED / COMMIT_FAILED: the commit stage (manifests, manifest list, catalog
+  // calls, retries); FILES_WRITTEN: encoding and upload. Microseconds.
+  uint64_t took_us;
+  // COMMITTED: the catalog's answer to the request that landed, in microseconds.
+  uint64_t catalog_us;
+  uint64_t rows;
+  uint64_t data_files;
+  uint64_t data_bytes;
+  uint64_t delete_files;
+  // Commit attempts refused because another commit landed first.
+  uint32_t conflicts;
+  // Commit attempts retried for another reason (throttling, unknown outcome, outage).
+  uint32_t retries;
+} floe_event;
 
 // A batch of messages laid out for one call: message `i` is
 // `data[offsets[i] .. offsets[i+1]]`. `namespaces`/`tables` are optional (NULL when the
@@ -150,6 +192,20 @@ floe_status floe_config_check(const uint8_t *config_json,
 // document (durations in Go's text form). Static: never freed. NULL only if floe
 // failed to build it (a bug).
 const char *floe_config_defaults(void);
+
+// Moves up to `capacity` of the writer's oldest events not taken yet into
+// `events_out[0..n]` and stores `n` in `*count_out` (0 when there are none). A writer
+// keeps at most 16,384 events: a host that drains less often loses the oldest. Safe to
+// call from any thread, during writes; each event is taken by one caller.
+//
+// # Safety
+// `writer` must be a live writer; `events_out` valid for writing `capacity` events;
+// `count_out` valid for a write; `err_out` NULL or valid for a write.
+floe_status floe_writer_events(const struct floe_writer *writer,
+                               struct floe_event *events_out,
+                               size_t capacity,
+                               size_t *count_out,
+                               struct floe_error **err_out);
 
 // The status code of `err` (`FLOE_STATUS_INTERNAL` for NULL).
 //

@@ -36,7 +36,7 @@ use crate::evolve;
 use crate::partition_spec::{check_table_spec, parse_spec, source_columns};
 use crate::shred::infer::{TypeHints, same_name};
 use crate::shred::{DecodeOptions, MessageError, Shredder, UnknownFields};
-use crate::stats::StatsSnapshot;
+use crate::stats::{Event, StatsSnapshot};
 use crate::storage::{build_file_io, check_bucket, file_io_props, location_url, table_file_io};
 use serde_json::Value;
 
@@ -120,6 +120,12 @@ impl Writer {
     /// Rows, snapshots and files committed so far, and commit latency.
     pub fn stats(&self) -> StatsSnapshot {
         self.options.stats.snapshot()
+    }
+
+    /// Takes up to `max` of the oldest commit, failure and upload events not taken yet,
+    /// by table (see [`crate::stats::events`]).
+    pub fn drain_events(&self, max: usize) -> Vec<Event> {
+        self.options.stats.drain_events(max)
     }
 
     /// Opens the catalog the config names (without touching any table yet).

@@ -20,7 +20,7 @@ import (
 )
 
 // ABIVersion is the C ABI version this binding was written for.
-const ABIVersion = 6
+const ABIVersion = 7
 
 // The binding was written for ABIVersion: it stops compiling when floe.h says otherwise.
 var _ = [1]struct{}{}[ABIVersion-C.FLOE_ABI_VERSION]
@@ -109,6 +109,8 @@ func ConfigDefaults() (map[string]any, error) {
 type Writer struct {
 	mu  sync.RWMutex
 	ptr *C.floe_writer
+	// Table names of events by their C address, which libfloe keeps for the writer's life.
+	names sync.Map
 }
 
 // Open opens a writer from the JSON config.
@@ -169,6 +171,83 @@ func (w *Writer) Stats() (Stats, error) {
 		CommitP50: us(cs.commit_p50_us), CommitP95: us(cs.commit_p95_us), CommitMax: us(cs.commit_max_us),
 		WriteP50: us(cs.write_p50_us), CatalogP50: us(cs.catalog_p50_us),
 	}, nil
+}
+
+// EventKind says what an Event reports.
+type EventKind int
+
+const (
+	// EventCommitted: a snapshot landed.
+	EventCommitted EventKind = C.FLOE_EVENT_KIND_COMMITTED
+	// EventCommitFailed: a commit gave up; its calls fail with Failure.
+	EventCommitFailed EventKind = C.FLOE_EVENT_KIND_COMMIT_FAILED
+	// EventFilesWritten: one group's data and delete files were written.
+	EventFilesWritten EventKind = C.FLOE_EVENT_KIND_FILES_WRITTEN
+)
+
+// Event is one commit, failed commit or group of files written, by table: what a host
+// turns into per-table metrics. Counts and durations its kind does not have are zero.
+type Event struct {
+	Kind  EventKind
+	Table string // namespace.table ("_other" past 1,024 tables)
+	// Committed, CommitFailed: the commit stage; FilesWritten: encoding and upload.
+	Took time.Duration
+	// Committed: the catalog's answer to the request that landed.
+	Catalog                                 time.Duration
+	Rows, DataFiles, DataBytes, DeleteFiles uint64
+	Conflicts, Retries                      int
+	// CommitFailed: the status the commit failed with.
+	Failure Status
+}
+
+// Events takes the writer's events not taken yet, oldest first (libfloe keeps the last
+// 16,384); safe while writes are in flight.
+func (w *Writer) Events() ([]Event, error) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.ptr == nil {
+		return nil, ErrClosed
+	}
+	const chunk = 256
+	var buf [chunk]C.floe_event
+	var out []Event
+	for {
+		var n C.size_t
+		var cerr *C.floe_error
+		if status := C.floe_writer_events(w.ptr, &buf[0], chunk, &n, &cerr); status != C.FLOE_STATUS_OK {
+			return out, takeError(status, cerr)
+		}
+		for _, ce := range buf[:n] {
+			out = append(out, w.event(&ce))
+		}
+		if n < chunk {
+			return out, nil
+		}
+	}
+}
+
+func (w *Writer) event(ce *C.floe_event) Event {
+	us := func(v C.uint64_t) time.Duration { return time.Duration(v) * time.Microsecond }
+	return Event{
+		Kind: EventKind(ce.kind), Table: w.tableName(ce.table),
+		Took: us(ce.took_us), Catalog: us(ce.catalog_us),
+		Rows: uint64(ce.rows), DataFiles: uint64(ce.data_files), DataBytes: uint64(ce.data_bytes),
+		DeleteFiles: uint64(ce.delete_files),
+		Conflicts:   int(ce.conflicts), Retries: int(ce.retries),
+		Failure: Status(ce.failure),
+	}
+}
+
+// tableName converts a table's C name once: libfloe gives every event of a table the
+// same pointer, valid while the writer lives.
+func (w *Writer) tableName(p *C.char) string {
+	key := uintptr(unsafe.Pointer(p))
+	if name, ok := w.names.Load(key); ok {
+		return name.(string)
+	}
+	name := C.GoString(p)
+	w.names.Store(key, name)
+	return name
 }
 
 // Batch is one call's messages; Namespaces and Tables are nil when the config's

@@ -30,6 +30,7 @@ var hostOnly = [][]string{
 	{fCommit, "exactly_once", "offset"},
 	{fEvolution, "new_column_type_mapping"},
 	{fPermanent},
+	{fProgress},
 }
 
 // rustDefaults are libfloe's defaults, read once.

@@ -145,6 +145,7 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewStringEnumField("epoch_unit", "s", "ms", "us", "ns").Default(def("json.epoch_unit")).Description("Unit of epoch numbers given for timestamp columns."),
 			).Description("How JSON values are read into columns."),
 			service.NewStringEnumField(fPermanent, permanentRetry, permanentFail, permanentStop).Default(permanentRetry).Description("What a permanent error does: one that retrying the batch unchanged cannot cure (the catalog refuses the credentials (401/403) or the request, a table is missing and `schema_evolution` is off, the warehouse folder cannot be made, a table does not suit this config). `retry` (the default): the batch is retried until it commits, as through an outage (the error logged once per cause and again every 30 s), so nothing is lost or reordered and a fix (a grant, the table) is taken up without a restart. `fail`: the batch fails with the error, as with any Benthos output: a fallback output receives it; without one the input's nack handling applies (most inputs deliver it again, after newer batches: with upserts or deletes an older operation on a key may then win), and each failure is logged. `stop`: the host stops with exit code 1, acknowledging nothing it did not write. Outages, conflicts, commits of unknown outcome and storage refusals (which fresh credentials may cure) are always retried; messages that fail through their own fault always fail alone."),
+			service.NewDurationField(fProgress).Default("1m").Advanced().Description("How often a progress line is logged at info level: rows committed and their rate, snapshots, failed messages and messages waiting to be retried (nothing while idle). `0s`: never."),
 			service.NewIntField(fRuntime).Optional().Advanced().Description("Worker threads of floe's runtime, one per process: the first writer opened sets it (unset or 0: one per core)."),
 			service.NewOutputMaxInFlightField(),
 			service.NewBatchPolicyField(fBatching),
@@ -192,11 +193,7 @@ type output struct {
 	typeMapping   *bloblang.Executor
 	log           *service.Logger
 
-	rowsInserted   *service.MetricCounter
-	rowsFailed     *service.MetricCounter
-	commitFailures *service.MetricCounter
-	snapshots      *service.MetricCounter
-	writeLatency   *service.MetricTimer
+	metrics *metrics
 
 	mu     sync.RWMutex
 	writer *floe.Writer
@@ -213,6 +210,10 @@ type output struct {
 	// Calls handed over and not yet answered; failed messages' log lines.
 	pending  pending
 	messages messageLog
+
+	// Closed at Close: stops the progress line.
+	done      chan struct{}
+	closeOnce sync.Once
 
 	// Mean JSON bytes per message of the last batch: sizes the next batch's buffer.
 	payloadSize atomic.Int64
@@ -380,6 +381,10 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	if conf.Contains(fCaseSensitive) {
 		caseSensitive, _ = conf.FieldBool(fCaseSensitive)
 	}
+	progress, err := conf.FieldDuration(fProgress)
+	if err != nil {
+		return nil, err
+	}
 	permanent, err := conf.FieldString(fPermanent)
 	if err != nil {
 		return nil, err
@@ -389,27 +394,28 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 		evolves, _ = conf.FieldBool(fEvolution, "enabled")
 	}
 	forwardLibfloeLogs(mgr.Logger())
-	m := mgr.Metrics()
-	return &output{
-		permanent:      permanent,
-		evolves:        evolves,
-		typesMeta:      typesMeta,
-		requireMeta:    requireMeta,
-		caseSensitive:  caseSensitive,
-		typeMapping:    typeMapping,
-		configJSON:     cfg,
-		namespace:      ns,
-		table:          tbl,
-		rowOp:          rowOp,
-		source:         source,
-		offset:         offset,
-		log:            mgr.Logger(),
-		rowsInserted:   m.NewCounter("iceberg_row_operations_total", "operation"),
-		rowsFailed:     m.NewCounter("iceberg_rows_failed_total"),
-		commitFailures: m.NewCounter("iceberg_commit_failures_total"),
-		snapshots:      m.NewCounter("iceberg_snapshots_total"),
-		writeLatency:   m.NewTimer("iceberg_write_batch_latency_ns"),
-	}, nil
+	o := &output{
+		permanent:     permanent,
+		evolves:       evolves,
+		typesMeta:     typesMeta,
+		requireMeta:   requireMeta,
+		caseSensitive: caseSensitive,
+		typeMapping:   typeMapping,
+		configJSON:    cfg,
+		namespace:     ns,
+		table:         tbl,
+		rowOp:         rowOp,
+		source:        source,
+		offset:        offset,
+		log:           mgr.Logger(),
+		metrics:       newMetrics(mgr.Metrics()),
+	}
+	o.metrics.zeroes(o.staticTable())
+	o.done = make(chan struct{})
+	if progress > 0 {
+		go o.progress(progress, o.done)
+	}
+	return o, nil
 }
 
 func (o *output) Connect(ctx context.Context) error {
@@ -487,23 +493,41 @@ func (o *output) operations(batch service.MessageBatch, failures []error) []stri
 	return ops
 }
 
-// countOperations adds the committed messages to iceberg_row_operations_total by
-// operation.
-func (o *output) countOperations(ops []string, failures []error) {
-	counts := map[string]int64{}
-	for i, err := range failures {
-		if err != nil {
-			continue
-		}
-		op := "insert"
-		if ops != nil && ops[i] != "" {
-			op = ops[i]
-		}
-		counts[op]++
+// staticTable is the table as `namespace.table` when neither is interpolated, else "".
+func (o *output) staticTable() string {
+	ns, nsStatic := o.namespace.Static()
+	tbl, tblStatic := o.table.Static()
+	if !nsStatic || !tblStatic {
+		return ""
 	}
-	for op, n := range counts {
-		o.rowsInserted.Incr(n, op)
+	return ns + "." + tbl
+}
+
+// tablesOf is each message's table as `namespace.table`, for metrics' table label.
+func (o *output) tablesOf(b floe.Batch) []string {
+	out := make([]string, len(b.Messages))
+	for i := range out {
+		if b.Tables == nil {
+			out[i] = o.staticTable()
+		} else {
+			out[i] = b.Namespaces[i] + "." + b.Tables[i]
+		}
 	}
+	return out
+}
+
+// messageTable is one message's table as `namespace.table` ("" when its interpolation
+// fails), for the table label of its failure.
+func (o *output) messageTable(m *service.Message) string {
+	ns, err := o.namespace.TryString(m)
+	if err != nil {
+		return ""
+	}
+	tbl, err := o.table.TryString(m)
+	if err != nil {
+		return ""
+	}
+	return ns + "." + tbl
 }
 
 // positions evaluates each message's exactly-once source and offset (nil, nil when
@@ -622,14 +646,22 @@ func (o *output) write(ctx context.Context, w *floe.Writer, b floe.Batch) ([]err
 	if err != nil {
 		return nil, err
 	}
-	o.snapshots.Incr(int64(res.Snapshots))
 	failures, err := o.retryNotAtFault(ctx, w, b, res.Failures)
+	o.metrics.takeEvents(w)
 	if err != nil {
 		return nil, err
 	}
-	o.countOperations(b.Operations, failures)
+	o.metrics.committed(o.tablesOf(b), b.Operations, failures)
 	o.outage.succeeded(o.log)
 	return failures, nil
+}
+
+// call is one write call to libfloe, timed by outcome.
+func (o *output) call(ctx context.Context, w *floe.Writer, b floe.Batch) (*floe.Result, error) {
+	start := nowNanos()
+	res, err := w.Write(ctx, b)
+	o.metrics.call(time.Duration(nowNanos()-start), err)
+	return res, err
 }
 
 // writeWhole hands one batch to libfloe, retrying it while it fails as a whole for a
@@ -637,13 +669,11 @@ func (o *output) write(ctx context.Context, w *floe.Writer, b floe.Batch) ([]err
 // the host).
 func (o *output) writeWhole(ctx context.Context, w *floe.Writer, b floe.Batch) (*floe.Result, error) {
 	for attempt := 1; ; attempt++ {
-		start := nowNanos()
-		res, err := w.Write(ctx, b)
-		o.writeLatency.Timing(nowNanos() - start)
+		res, err := o.call(ctx, w, b)
 		if err == nil {
 			return res, nil
 		}
-		o.commitFailures.Incr(1)
+		o.metrics.takeEvents(w)
 		if o.givesUp(err) {
 			// Nothing was committed: the host gets the error for the whole batch.
 			return nil, o.permanentFailure(ctx, err)
@@ -775,7 +805,6 @@ func (o *output) retryNotAtFault(ctx context.Context, w *floe.Writer, full floe.
 		if len(retry) == 0 {
 			return failures, nil
 		}
-		o.commitFailures.Incr(1)
 		o.outage.failed(failures[retry[0]], o.log)
 		// This call's own backoff: other calls succeeding meanwhile do not reset it.
 		select {
@@ -783,7 +812,7 @@ func (o *output) retryNotAtFault(ctx context.Context, w *floe.Writer, full floe.
 		case <-ctx.Done():
 			return nil, fmt.Errorf("iceberg output stopped while retrying %d messages: %w", len(retry), ctx.Err())
 		}
-		res, err := w.Write(ctx, subset(full, retry))
+		res, err := o.call(ctx, w, subset(full, retry))
 		if err != nil {
 			if retryWhole(err) {
 				for _, i := range retry {
@@ -794,7 +823,6 @@ func (o *output) retryNotAtFault(ctx context.Context, w *floe.Writer, full floe.
 			return nil, err
 		}
 		// The messages it commits are counted by operation once the batch is done.
-		o.snapshots.Incr(int64(res.Snapshots))
 		for j, i := range retry {
 			failures[i] = renumbered(res.Failures[j], j, i)
 		}
@@ -897,11 +925,11 @@ func (o *output) batchError(batch service.MessageBatch, failures []error) error 
 	if failed == 0 {
 		return nil
 	}
-	o.rowsFailed.Incr(int64(failed))
 	for i, f := range failures {
 		if f == nil {
 			continue
 		}
+		o.metrics.failedMessage(o.messageTable(batch[i]), f)
 		o.messages.failed(o.log, i, len(batch), f, payloadOf(batch[i]))
 		if batchErr == nil {
 			batchErr = service.NewBatchError(batch, fmt.Errorf("%d of %d messages failed: %w", failed, len(batch), f))
@@ -931,6 +959,7 @@ func retryWhole(err error) bool {
 }
 
 func (o *output) Close(ctx context.Context) error {
+	o.closeOnce.Do(func() { close(o.done) })
 	o.reportUnwritten()
 	o.mu.Lock()
 	defer o.mu.Unlock()

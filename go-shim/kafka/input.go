@@ -185,6 +185,7 @@ type input struct {
 	res     *service.Resources
 	lag     *service.MetricGauge
 	commits *service.MetricCounter
+	lags    lagBook
 
 	mu      sync.Mutex
 	client  *kgo.Client
@@ -324,6 +325,7 @@ func (in *input) Connect(ctx context.Context) error {
 	in.batches = make(chan delivery)
 	in.done = make(chan struct{})
 	go in.readLoop(readCtx, client, batcher, in.batches, in.done)
+	go in.progress(readCtx, progressInterval)
 	return nil
 }
 
@@ -398,7 +400,7 @@ func (in *input) revoked(ctx context.Context, cl *kgo.Client, parts map[string][
 func (in *input) clearLag(parts map[string][]int32) {
 	for topic, ps := range parts {
 		for _, p := range ps {
-			in.lag.Set(0, topic, partitionLabel(p))
+			in.forgetLag(topic, p)
 		}
 	}
 }

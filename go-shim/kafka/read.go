@@ -83,7 +83,8 @@ func (in *input) ownedAtPoll(fetches kgo.Fetches) []polled {
 // flushed as one batch. False when ctx ended.
 func (in *input) addPartition(ctx context.Context, b *batchBuilder, p polled, out chan<- delivery) bool {
 	last := p.fp.Records[len(p.fp.Records)-1]
-	in.lag.Set(max(p.fp.HighWatermark-last.Offset-1, 0), p.fp.Topic, partitionLabel(p.fp.Partition))
+	in.setLag(p.fp.Topic, p.fp.Partition, max(p.fp.HighWatermark-last.Offset-1, 0))
+	in.countRead(len(p.fp.Records))
 	for _, r := range p.fp.Records {
 		added, ok := in.add(ctx, b, r, p.log, out)
 		if !ok {

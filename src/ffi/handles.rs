@@ -137,7 +137,7 @@ fn runtime(threads: Option<usize>) -> Result<&'static Runtime, (FloeStatus, Stri
 /// A writer for one configuration. Many threads may call `floe_writer_write` on the same
 /// writer at once. Free with `floe_writer_free` once no call is using it.
 pub struct FloeWriter {
-    inner: Arc<Writer>,
+    pub(super) inner: Arc<Writer>,
 }
 
 /// Opens a writer from a JSON config (`config_json`, `config_len` bytes, UTF-8).

@@ -10,10 +10,12 @@
 //! - Calls block the calling thread on a process-wide Tokio runtime.
 
 mod config;
+mod events;
 mod handles;
 mod log;
 
 pub use config::*;
+pub use events::*;
 pub use handles::*;
 pub use log::*;
 
@@ -22,7 +24,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use crate::error::{Error, ErrorKind};
 
 /// Bumped whenever a signature or struct layout in `floe.h` changes incompatibly.
-pub const FLOE_ABI_VERSION: u32 = 6;
+pub const FLOE_ABI_VERSION: u32 = 7;
 
 /// Result of every fallible call. Numbers are stable; new ones are only appended.
 #[repr(u32)]

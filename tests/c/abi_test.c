@@ -341,6 +341,54 @@ static void check_stats(floe_writer *writer, uint64_t min_rows, uint64_t max_row
     CHECK(floe_writer_stats(writer, NULL, NULL) == FLOE_STATUS_INVALID_ARGUMENT, "NULL stats_out");
 }
 
+/* The events of the writes so far: every committed snapshot once, with its table's name
+ * (one pointer per table) and rows summing to `rows`; a second drain is empty. Drained in
+ * small pieces to cross the capacity boundary. */
+static void check_events(floe_writer *writer, uint64_t rows) {
+    floe_event events[3];
+    uint64_t committed_rows = 0, commits = 0;
+    const char *tables[8] = {0};
+    size_t table_count = 0;
+    for (;;) {
+        size_t n = 99;
+        floe_error *err = NULL;
+        CHECK(floe_writer_events(writer, events, 3, &n, &err) == FLOE_STATUS_OK, "events: %s",
+              message_of(err));
+        floe_error_free(err);
+        CHECK(n <= 3, "events count %zu", n);
+        for (size_t i = 0; i < n && i < 3; i++) {
+            const floe_event *e = &events[i];
+            CHECK(e->table != NULL && strlen(e->table) > 0, "event without a table");
+            if (e->kind != FLOE_EVENT_KIND_COMMITTED) continue;
+            CHECK(e->failure == FLOE_STATUS_OK && e->data_files >= 1 && e->data_bytes > 0,
+                  "committed event: failure %u, %llu files", e->failure,
+                  (unsigned long long)e->data_files);
+            size_t t = 0;
+            while (t < table_count && strcmp(tables[t], e->table) != 0) t++;
+            if (t == table_count && table_count < 8) tables[table_count++] = e->table;
+            CHECK(t >= table_count || tables[t] == e->table, "%s: one table's events share one name",
+                  e->table);
+            committed_rows += e->rows;
+            commits++;
+        }
+        if (n < 3) break;
+    }
+    CHECK(commits >= 3 && committed_rows == rows, "events: %llu commits, %llu rows, want %llu",
+          (unsigned long long)commits, (unsigned long long)committed_rows,
+          (unsigned long long)rows);
+    size_t n = 99;
+    CHECK(floe_writer_events(writer, events, 3, &n, NULL) == FLOE_STATUS_OK && n == 0,
+          "events taken twice: %zu", n);
+    CHECK(floe_writer_events(writer, NULL, 0, &n, NULL) == FLOE_STATUS_OK && n == 0,
+          "no room, no events");
+    CHECK(floe_writer_events(NULL, events, 3, &n, NULL) == FLOE_STATUS_INVALID_ARGUMENT,
+          "NULL writer");
+    CHECK(floe_writer_events(writer, NULL, 3, &n, NULL) == FLOE_STATUS_INVALID_ARGUMENT,
+          "NULL events_out");
+    CHECK(floe_writer_events(writer, events, 3, NULL, NULL) == FLOE_STATUS_INVALID_ARGUMENT,
+          "NULL count_out");
+}
+
 enum { ROWS_PER_THREAD = 2000 };
 
 struct in_flight {
@@ -452,6 +500,7 @@ int main(int argc, char **argv) {
     check_writes(writer);
     uint64_t rows = 2 + 3 + 2 + 1, unknown = 0;
     check_stats(writer, rows, rows);
+    check_events(writer, rows);
     check_concurrent_writes_and_cancel(writer, &rows, &unknown);
     check_stats(writer, rows, rows + unknown);
     floe_writer_free(writer);

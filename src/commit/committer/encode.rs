@@ -14,6 +14,7 @@ use crate::config::MergeStrategy;
 use crate::error::{Error, ErrorKind, Result};
 use crate::rowops::removal::Removal;
 use crate::rowops::resolve::resolve_group;
+use crate::stats::EventKind;
 use crate::write::{write_data_files, write_equality_delete_files};
 
 use super::credentials::Refusals;
@@ -107,7 +108,7 @@ pub(super) async fn encode_loop(
         )
         .await;
         Pace::smooth(&mut pace.locked().encode, t0.elapsed());
-        options.stats.record_write(t0.elapsed());
+        record_written(&options, &ident, &written, t0.elapsed());
         tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
         match written {
             Ok((data_files, delete_files, staged)) => {
@@ -200,4 +201,26 @@ pub(super) async fn write_group(
         .collect();
     let staged = staging.take(paths).await?;
     Ok((data_files, delete_files, staged))
+}
+
+/// Counts one group's written files, for the writer's stats and the host's upload-latency
+/// metric (a failed write is the calls' failure, counted by the host).
+fn record_written<S>(
+    options: &CommitterOptions,
+    ident: &iceberg::TableIdent,
+    written: &Result<(Vec<DataFile>, Vec<DataFile>, S)>,
+    took: std::time::Duration,
+) {
+    let Ok((data, deletes, _)) = written else {
+        return;
+    };
+    let mut e = options
+        .stats
+        .event(EventKind::FilesWritten, &ident.to_string());
+    e.took = took;
+    e.rows = data.iter().map(|f| f.record_count()).sum();
+    e.data_files = data.len() as u64;
+    e.data_bytes = data.iter().map(|f| f.file_size_in_bytes()).sum();
+    e.delete_files = deletes.len() as u64;
+    options.stats.record(e);
 }

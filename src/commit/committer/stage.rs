@@ -29,6 +29,7 @@ use crate::commit::snapshot::{
 use crate::commit::staging::{StagedFile, Staging, upload};
 use crate::error::{Error, ErrorKind, Result};
 use crate::rowops::removal::RemoveKeys;
+use crate::stats::EventKind;
 use crate::table::manifest_cache::ManifestCache;
 
 /// Splits encoded groups into the runs that may share a snapshot. A group with deletes
@@ -109,6 +110,18 @@ pub(super) struct Outcome {
     pub(super) maybe_committed: bool,
     /// Metadata files written by the attempts.
     pub(super) written: Vec<String>,
+    pub(super) tries: Tries,
+}
+
+/// What a commit's attempts met, for its event (see [`crate::stats::events`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Tries {
+    /// Attempts refused because another commit landed first.
+    pub(super) conflicts: u32,
+    /// Attempts retried for any other reason.
+    pub(super) retries: u32,
+    /// The catalog's answer to the request that landed.
+    pub(super) catalog: Duration,
 }
 
 pub(super) struct CommitStage {
@@ -375,7 +388,7 @@ impl CommitStage {
         let outcome = self.commit_with_retries(&changes, staged).await;
         match outcome.result {
             Ok(snapshot_id) => {
-                self.record(&changes.data_files, started.elapsed());
+                self.record_committed(&changes, &outcome.tries, started.elapsed());
                 if !offsets.is_empty() {
                     self.ledger.locked().committed.union_with(&offsets);
                 }
@@ -396,6 +409,7 @@ impl CommitStage {
             }
             Err(e) => {
                 self.refusals.note(&e);
+                self.record_failed(&e, &outcome.tries, started.elapsed());
                 if self.options.cleanup_on_failure && !outcome.maybe_committed {
                     let files: Vec<DataFile> = changes
                         .data_files
@@ -410,12 +424,31 @@ impl CommitStage {
         }
     }
 
-    pub(super) fn record(&self, data_files: &[DataFile], took: Duration) {
-        let rows = data_files.iter().map(|f| f.record_count()).sum();
-        let bytes = data_files.iter().map(|f| f.file_size_in_bytes()).sum();
-        self.options
-            .stats
-            .record_commit(rows, data_files.len() as u64, bytes, took);
+    /// Counts a landed snapshot, for the writer's stats and the host's metrics.
+    fn record_committed(&self, changes: &SnapshotChanges, tries: &Tries, took: Duration) {
+        let stats = &self.options.stats;
+        let mut e = stats.event(EventKind::Committed, &self.ident().to_string());
+        e.rows = changes.data_files.iter().map(|f| f.record_count()).sum();
+        e.data_files = changes.data_files.len() as u64;
+        e.data_bytes = changes
+            .data_files
+            .iter()
+            .map(|f| f.file_size_in_bytes())
+            .sum();
+        e.delete_files = changes.delete_files.len() as u64;
+        (e.took, e.catalog) = (took, tries.catalog);
+        (e.conflicts, e.retries) = (tries.conflicts, tries.retries);
+        stats.record(e);
+    }
+
+    /// Counts a commit that gave up.
+    fn record_failed(&self, error: &Error, tries: &Tries, took: Duration) {
+        let stats = &self.options.stats;
+        let mut e = stats.event(EventKind::CommitFailed, &self.ident().to_string());
+        e.took = took;
+        (e.conflicts, e.retries) = (tries.conflicts, tries.retries);
+        e.failure = Some(error.kind());
+        stats.record(e);
     }
 
     /// Files of a definitively refused commit: nothing references them.
@@ -452,7 +485,20 @@ impl CommitStage {
     pub(super) async fn commit_with_retries(
         &mut self,
         changes: &SnapshotChanges,
+        staged_data: Vec<StagedFile>,
+    ) -> Outcome {
+        let mut tries = Tries::default();
+        let mut outcome = self.attempt_commits(changes, staged_data, &mut tries).await;
+        outcome.tries = tries;
+        outcome
+    }
+
+    /// [`Self::commit_with_retries`]'s attempts, counted in `tries`.
+    async fn attempt_commits(
+        &mut self,
+        changes: &SnapshotChanges,
         mut staged_data: Vec<StagedFile>,
+        tries: &mut Tries,
     ) -> Outcome {
         self.catch_up().await;
         let ident = self.ident();
@@ -463,7 +509,6 @@ impl CommitStage {
         let mut maybe_committed = false;
         let mut last_error: Option<Error> = None;
         let mut rebase: Option<Rebase> = None;
-        let (mut conflicts, mut transient) = (0u32, 0u32);
         let mut rejected_once = false;
         // Attempts whose request was sent: any of them may have landed, whatever the answer.
         let mut sent: Vec<SentAttempt> = Vec::new();
@@ -491,6 +536,7 @@ impl CommitStage {
             }),
             maybe_committed,
             written,
+            tries: Tries::default(),
         };
         for attempt in 0u32.. {
             if let Some(previous) = &last_error {
@@ -520,14 +566,14 @@ impl CommitStage {
                 let give_up = match previous.kind() {
                     ErrorKind::Conflict => started.elapsed() >= self.options.retry_timeout,
                     ErrorKind::Rejected => false,
-                    _ => transient > self.options.max_retries,
+                    _ => tries.retries > self.options.max_retries,
                 };
                 if give_up {
                     break;
                 }
                 tokio::time::sleep(match previous.kind() {
-                    ErrorKind::Conflict => conflict_backoff(conflicts),
-                    _ => backoff(transient),
+                    ErrorKind::Conflict => conflict_backoff(tries.conflicts),
+                    _ => backoff(tries.retries),
                 })
                 .await;
             }
@@ -560,7 +606,7 @@ impl CommitStage {
                 Err(e) if e.kind() == ErrorKind::Unavailable => {
                     tracing::debug!("commit attempt {} to {ident}: {e}", attempt + 1);
                     self.refusals.note(&e);
-                    transient += 1;
+                    tries.retries += 1;
                     last_error = Some(e);
                     continue;
                 }
@@ -598,7 +644,7 @@ impl CommitStage {
                 Ok(table) => {
                     crate::failpoint::hit(crate::failpoint::names::APPLIED);
                     let t2 = Instant::now();
-                    self.options.stats.record_catalog(t2 - t1);
+                    tries.catalog = t2 - t1;
                     self.manifests.keep_only(&list.manifests);
                     self.manifests.keep_written(&list.manifests);
                     self.manifest_list = Some(list);
@@ -617,7 +663,7 @@ impl CommitStage {
                     rejected_once = true;
                     tracing::debug!("commit attempt {} to {ident} refused: {e}", attempt + 1);
                     refused.extend(prepared.written.iter().cloned());
-                    transient += 1;
+                    tries.retries += 1;
                     last_error = Some(e);
                 }
                 Err(e)
@@ -632,7 +678,7 @@ impl CommitStage {
                     if e.kind() == ErrorKind::CommitStateUnknown {
                         maybe_committed = true;
                         rebase = None;
-                        transient += 1;
+                        tries.retries += 1;
                     } else {
                         // Definitely refused: its manifest list (and merged manifests)
                         // are garbage once a later attempt lands; its new data and delete
@@ -647,9 +693,9 @@ impl CommitStage {
                         );
                         rebase = Some(prepared.rebase);
                         if e.kind() == ErrorKind::Conflict {
-                            conflicts += 1;
+                            tries.conflicts += 1;
                         } else {
-                            transient += 1;
+                            tries.retries += 1;
                         }
                     }
                     last_error = Some(e);
@@ -661,7 +707,9 @@ impl CommitStage {
         // says so.
         let last = last_error.expect("loop ran");
         let e = last.context(format!(
-            "commit to {ident} failed after {conflicts} conflicts and {transient} other retries in {:.1?}",
+            "commit to {ident} failed after {} conflicts and {} other retries in {:.1?}",
+            tries.conflicts,
+            tries.retries,
             started.elapsed()
         ));
         done(Err(e), maybe_committed, written)

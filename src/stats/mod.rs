@@ -1,9 +1,15 @@
 //! What a writer has done so far: rows, snapshots and files committed, and how long its
 //! commits took. Hosts log it when they close (the Go output does) and benchmarks read
 //! it, so a run's commit latency comes from inside the committer rather than being
-//! guessed from call durations, which also include waiting for a group to form.
+//! guessed from call durations, which also include waiting for a group to form. The
+//! same records go, one by one and by table, to the [`events`] a host's metrics drain.
+
+pub mod events;
+
+pub use events::{Event, EventKind};
 
 use crate::sync::LockExt;
+use events::EventLog;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -18,6 +24,7 @@ pub struct WriterStats {
     commit_latency: Mutex<LatencyHistogram>,
     write_latency: Mutex<LatencyHistogram>,
     catalog_latency: Mutex<LatencyHistogram>,
+    events: Mutex<EventLog>,
 }
 
 impl std::fmt::Debug for WriterStats {
@@ -48,23 +55,39 @@ pub struct StatsSnapshot {
 }
 
 impl WriterStats {
-    /// Records one committed snapshot.
-    pub fn record_commit(&self, rows: u64, files: u64, bytes: u64, took: Duration) {
-        self.rows.fetch_add(rows, Ordering::Relaxed);
-        self.snapshots.fetch_add(1, Ordering::Relaxed);
-        self.data_files.fetch_add(files, Ordering::Relaxed);
-        self.data_bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.commit_latency.locked().record(took);
+    /// An event of `kind` for `table` with every count zero, for the caller to fill in
+    /// and [`Self::record`].
+    pub fn event(&self, kind: EventKind, table: &str) -> Event {
+        Event::new(kind, self.events.locked().table(table))
     }
 
-    /// Records how long one group's data files took to write.
-    pub fn record_write(&self, took: Duration) {
-        self.write_latency.locked().record(took);
+    /// Adds an event to the sums and to the log hosts drain.
+    pub fn record(&self, event: Event) {
+        match event.kind {
+            EventKind::Committed => {
+                self.rows.fetch_add(event.rows, Ordering::Relaxed);
+                self.snapshots.fetch_add(1, Ordering::Relaxed);
+                self.data_files
+                    .fetch_add(event.data_files, Ordering::Relaxed);
+                self.data_bytes
+                    .fetch_add(event.data_bytes, Ordering::Relaxed);
+                self.commit_latency.locked().record(event.took);
+                self.catalog_latency.locked().record(event.catalog);
+            }
+            EventKind::FilesWritten => self.write_latency.locked().record(event.took),
+            EventKind::CommitFailed => {}
+        }
+        self.events.locked().push(event);
     }
 
-    /// Records how long the catalog took to answer one commit request.
-    pub fn record_catalog(&self, took: Duration) {
-        self.catalog_latency.locked().record(took);
+    /// Takes up to `max` of the oldest events not taken yet.
+    pub fn drain_events(&self, max: usize) -> Vec<Event> {
+        self.events.locked().drain(max)
+    }
+
+    /// Events lost because no one drained them in time.
+    pub fn events_dropped(&self) -> u64 {
+        self.events.locked().dropped()
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {
@@ -180,11 +203,18 @@ mod tests {
         assert_eq!(h.quantile(1.0), Duration::from_secs(10 * 3600));
     }
 
+    fn commit(stats: &WriterStats, rows: u64, files: u64, bytes: u64, took: f64) {
+        let mut e = stats.event(EventKind::Committed, "ns.t");
+        (e.rows, e.data_files, e.data_bytes, e.took) = (rows, files, bytes, ms(took));
+        e.catalog = ms(took / 2.0);
+        stats.record(e);
+    }
+
     #[test]
     fn snapshot_sums_commits() {
         let stats = WriterStats::default();
-        stats.record_commit(1000, 2, 5000, ms(40.0));
-        stats.record_commit(500, 1, 2500, ms(20.0));
+        commit(&stats, 1000, 2, 5000, 40.0);
+        commit(&stats, 500, 1, 2500, 20.0);
         let s = stats.snapshot();
         assert_eq!(
             (s.rows, s.snapshots, s.data_files, s.data_bytes),
@@ -192,16 +222,40 @@ mod tests {
         );
         assert_eq!(s.commit_max, ms(40.0));
         assert!((s.commit_p50.as_secs_f64() * 1e3 - 20.0).abs() < 0.5);
-        assert_eq!(
-            (s.write_p50, s.catalog_p50),
-            (Duration::ZERO, Duration::ZERO)
-        );
-        for took in [3.0, 5.0, 90.0] {
-            stats.record_write(ms(took));
-            stats.record_catalog(ms(took * 2.0));
-        }
-        let s = stats.snapshot();
-        assert!((s.write_p50.as_secs_f64() * 1e3 - 5.0).abs() < 0.1);
         assert!((s.catalog_p50.as_secs_f64() * 1e3 - 10.0).abs() < 0.2);
+        assert_eq!(s.write_p50, Duration::ZERO);
+        for took in [3.0, 5.0, 90.0] {
+            let mut e = stats.event(EventKind::FilesWritten, "ns.t");
+            e.took = ms(took);
+            stats.record(e);
+        }
+        assert!((stats.snapshot().write_p50.as_secs_f64() * 1e3 - 5.0).abs() < 0.1);
+    }
+
+    #[test]
+    fn every_record_reaches_the_event_log_in_order() {
+        let stats = WriterStats::default();
+        commit(&stats, 10, 1, 100, 4.0);
+        let mut failed = stats.event(EventKind::CommitFailed, "ns.u");
+        failed.conflicts = 3;
+        stats.record(failed);
+        let events = stats.drain_events(10);
+        let seen: Vec<(EventKind, &str, u64, u32)> = events
+            .iter()
+            .map(|e| (e.kind, e.table.to_str().unwrap(), e.rows, e.conflicts))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (EventKind::Committed, "ns.t", 10, 0),
+                (EventKind::CommitFailed, "ns.u", 0, 3)
+            ]
+        );
+        assert_eq!(
+            stats.snapshot().snapshots,
+            1,
+            "a failed commit is no snapshot"
+        );
+        assert!(stats.drain_events(10).is_empty());
     }
 }
