@@ -45,8 +45,41 @@ metrics:
 """
 
 
+# Two outputs (two writers) appending every batch to one table: their commits conflict.
+# The host stays up (shutdown_delay) after the input ends, to be scraped.
+CONTENDED = """
+shutdown_delay: 60s
+http:
+  address: 127.0.0.1:{port}
+input:
+  generate:
+    count: {count}
+    interval: 1ms
+    batch_size: 50
+    mapping: 'root.id = count("events")'
+output:
+  broker:
+    pattern: fan_out
+    outputs:
+      - iceberg: {{namespace: demo, table: shared, schema_evolution: {{enabled: true}}, max_in_flight: 4}}
+      - iceberg: {{namespace: demo, table: shared, schema_evolution: {{enabled: true}}, max_in_flight: 4}}
+metrics:
+  prometheus: {{}}
+"""
+
+
 def scrape(port):
     return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def samples(text, name, **labels):
+    """The values of every sample of `name` whose labels include `labels`."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                out.append(float(line.rsplit(" ", 1)[1]))
+    return out
 
 
 def sample(text, name, **labels):
@@ -114,3 +147,53 @@ def test_the_output_serves_per_table_metrics_and_logs_progress(tmp_path):
     progress = [line for line in lines.splitlines() if "rows committed in the last 1s" in line]
     assert progress, lines[-3000:]
     assert re.search(r"\d+ rows committed in the last 1s \(\d+ rows/s\), \d+ snapshots", progress[0]), progress[0]
+
+
+def test_conflicts_are_counted_and_the_counters_agree_with_the_table(tmp_path):
+    """Two writers contend for one table: conflicts are counted, and the rows and snapshots
+    the metrics report are those the table holds (read back by DuckDB and pyiceberg)."""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+    from read_table import duckdb_connect
+    from pyiceberg.catalog import load_catalog
+
+    port, count = free_port(), 10_000
+    (tmp_path / "contended.yaml").write_text(CONTENDED.format(port=port, count=count))
+    proc = subprocess.Popen([FLOE, "run", "contended.yaml"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    t = {"table": "demo.shared"}
+    try:
+        text, deadline = "", time.time() + 120
+        while time.time() < deadline:
+            try:
+                text = scrape(port)
+            except OSError:
+                text = ""
+            if sum(samples(text, "iceberg_row_operations_total", **t, operation="insert")) == 2 * count:
+                break
+            time.sleep(0.5)
+        time.sleep(1)  # the last calls' events drained
+        text = scrape(port)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    inserted = sum(samples(text, "iceberg_row_operations_total", **t, operation="insert"))
+    assert inserted == 2 * count, text[-3000:]
+    assert sum(samples(text, "iceberg_commit_conflicts_total", **t)) >= 1, text[-3000:]
+    snapshots = sum(samples(text, "iceberg_snapshots_total", **t))
+    assert sum(samples(text, "iceberg_commit_latency_seconds_count", **t)) == snapshots
+
+    wh = tmp_path / "warehouse"
+    table = load_catalog("floe", type="sql", uri=f"sqlite:///{wh}/catalog.db",
+                         warehouse=f"file://{wh}").load_table("demo.shared")
+    (rows,) = duckdb_connect().execute(
+        f"SELECT count(*) FROM iceberg_scan('{table.metadata_location}')").fetchone()
+    assert rows == inserted == len(table.scan().to_arrow())
+    # Appends only: every data file committed is live.
+    files = table.inspect.files().to_pylist()
+    assert sum(samples(text, "iceberg_data_files_total", **t)) == len(files)
+    assert sum(samples(text, "iceberg_data_bytes_total", **t)) == sum(f["file_size_in_bytes"] for f in files)
