@@ -3,15 +3,20 @@ Prometheus exporter): per-table counters exist at 0 before anything happens, com
 files, bytes, latencies and failures by class are counted under the table's label, the
 write-call latency carries its outcome, the progress line is logged, and every metric the
 Grafana dashboard in docs/ queries is served."""
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 
 from services import free_port
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support"))
+from read_table import duckdb_connect  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOE = os.path.join(ROOT, "go-shim", "cmd", "floe", "floe")
@@ -72,6 +77,40 @@ def scrape(port):
     return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
 
 
+@contextlib.contextmanager
+def host(tmp_path, name, config, log=None):
+    """`floe run` of `config` in tmp_path (output to `log`), stopped by SIGTERM after."""
+    (tmp_path / name).write_text(config)
+    out = open(log, "w") if log else subprocess.DEVNULL
+    proc = subprocess.Popen([FLOE, "run", name], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        yield proc
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        if log:
+            out.close()
+
+
+def scrape_until(port, done, timeout):
+    """Scrapes /metrics until `done(text)` or the timeout; the last text."""
+    text, deadline = "", time.time() + timeout
+    while time.time() < deadline:
+        try:
+            text = scrape(port)
+        except OSError:
+            text = ""
+        if done(text):
+            break
+        time.sleep(0.5)
+    return text
+
+
 def samples(text, name, **labels):
     """The values of every sample of `name` whose labels include `labels`."""
     out = []
@@ -93,23 +132,16 @@ def sample(text, name, **labels):
 
 def test_the_output_serves_per_table_metrics_and_logs_progress(tmp_path):
     port = free_port()
-    (tmp_path / "metered.yaml").write_text(PIPELINE.format(port=port))
-    log = open(tmp_path / "floe.log", "w")
-    proc = subprocess.Popen([FLOE, "run", "metered.yaml"], cwd=tmp_path, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    log = tmp_path / "floe.log"
     t = {"table": "demo.metered"}
-    try:
-        text, deadline = "", time.time() + 60
-        while time.time() < deadline:
-            try:
-                text = scrape(port)
-            except OSError:
-                text = ""
-            if (sample(text, "iceberg_snapshots_total", **t) or 0) >= 3 and \
-                    (sample(text, "iceberg_rows_failed_total", **t, **{"class": "data"}) or 0) >= 1 and \
-                    "rows committed in the last 1s" in (tmp_path / "floe.log").read_text():
-                break
-            time.sleep(0.5)
+
+    def enough(text):
+        return (sample(text, "iceberg_snapshots_total", **t) or 0) >= 3 and \
+            (sample(text, "iceberg_rows_failed_total", **t, **{"class": "data"}) or 0) >= 1 and \
+            "rows committed in the last 1s" in log.read_text()
+
+    with host(tmp_path, "metered.yaml", PIPELINE.format(port=port), log):
+        text = scrape_until(port, enough, 60)
         # Never incremented here, but there from the start at 0.
         assert sample(text, "iceberg_commit_failures_total", **t, **{"class": "rejected"}) == 0, text[-3000:]
         assert sample(text, "iceberg_write_failures_total", **{"class": "unavailable"}) == 0
@@ -135,14 +167,6 @@ def test_the_output_serves_per_table_metrics_and_logs_progress(tmp_path):
         missing = {m.removesuffix("_bucket") for m in queried} - served - kafka_only
         assert not missing, missing
         json.load(open(DASHBOARD))
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        log.close()
     lines = (tmp_path / "floe.log").read_text()
     progress = [line for line in lines.splitlines() if "rows committed in the last 1s" in line]
     assert progress, lines[-3000:]
@@ -152,35 +176,15 @@ def test_the_output_serves_per_table_metrics_and_logs_progress(tmp_path):
 def test_conflicts_are_counted_and_the_counters_agree_with_the_table(tmp_path):
     """Two writers contend for one table: conflicts are counted, and the rows and snapshots
     the metrics report are those the table holds (read back by DuckDB and pyiceberg)."""
-    import sys
-    sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
-    from read_table import duckdb_connect
     from pyiceberg.catalog import load_catalog
 
     port, count = free_port(), 10_000
-    (tmp_path / "contended.yaml").write_text(CONTENDED.format(port=port, count=count))
-    proc = subprocess.Popen([FLOE, "run", "contended.yaml"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
     t = {"table": "demo.shared"}
-    try:
-        text, deadline = "", time.time() + 120
-        while time.time() < deadline:
-            try:
-                text = scrape(port)
-            except OSError:
-                text = ""
-            if sum(samples(text, "iceberg_row_operations_total", **t, operation="insert")) == 2 * count:
-                break
-            time.sleep(0.5)
+    with host(tmp_path, "contended.yaml", CONTENDED.format(port=port, count=count)):
+        scrape_until(port, lambda text: sum(samples(
+            text, "iceberg_row_operations_total", **t, operation="insert")) == 2 * count, 120)
         time.sleep(1)  # the last calls' events drained
         text = scrape(port)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
     inserted = sum(samples(text, "iceberg_row_operations_total", **t, operation="insert"))
     assert inserted == 2 * count, text[-3000:]
     assert sum(samples(text, "iceberg_commit_conflicts_total", **t)) >= 1, text[-3000:]
