@@ -1,6 +1,7 @@
 """Permanent errors (ones a retry of the same batch cannot cure) stop or say so, per class:
 a warehouse folder that cannot be made, a missing table without schema evolution, a
-catalog that refuses the credentials (401). Under `permanent_errors: retry` (the
+catalog that refuses the credentials (401) or the request (403), a bucket that does not
+exist (S3's NoSuchBucket, told in one readable line). Under `permanent_errors: retry` (the
 default) the host keeps retrying, and a host stopped then says how many messages it left
 unwritten and exits non-zero; under `fail` the batch fails with the error, so a fallback
 output receives every message; under `stop` the host exits 1 at once, acknowledging
@@ -22,7 +23,8 @@ COUNT = 30
 
 
 class RefusingCatalog(http.server.BaseHTTPRequestHandler):
-    """A REST catalog that answers every request 401, as one does for a wrong token."""
+    """A REST catalog that answers every request 401, as one does for a wrong token, or 403
+    under the prefix /403, as one does for a principal without the grant."""
 
     def do_GET(self):
         self._refuse()
@@ -31,9 +33,12 @@ class RefusingCatalog(http.server.BaseHTTPRequestHandler):
         self._refuse()
 
     def _refuse(self):
-        body = json.dumps({"error": {"message": "Not authorized: bad token", "type": "NotAuthorizedException",
-                                     "code": 401}}).encode()
-        self.send_response(401)
+        code = 403 if self.path.startswith("/403/") else 401
+        error = ({"message": "Not authorized: bad token", "type": "NotAuthorizedException", "code": 401}
+                 if code == 401 else
+                 {"message": "Principal is not allowed to create tables", "type": "ForbiddenException", "code": 403})
+        body = json.dumps({"error": error}).encode()
+        self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -43,32 +48,70 @@ class RefusingCatalog(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class BucketlessS3(http.server.BaseHTTPRequestHandler):
+    """An S3 endpoint without the bucket: every request is answered 404 NoSuchBucket, as
+    AWS and MinIO answer for a bucket nobody created."""
+
+    def _no_bucket(self):
+        if self.headers.get("Content-Length"):
+            self.rfile.read(int(self.headers["Content-Length"]))
+        body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchBucket</Code>'
+                b"<Message>The specified bucket does not exist</Message><BucketName>no-such-bucket</BucketName>"
+                b"<RequestId>1</RequestId></Error>")
+        self.send_response(404)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _no_bucket
+
+    def log_message(self, *args):
+        pass
+
+
+def serve(handler):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
 @pytest.fixture(scope="module")
 def refusing_catalog():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RefusingCatalog)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    """The two fakes' addresses: the refusing catalog's and the bucketless S3's."""
+    catalog, catalog_url = serve(RefusingCatalog)
+    s3, s3_url = serve(BucketlessS3)
+    yield {"catalog": catalog_url, "s3": s3_url}
+    catalog.shutdown()
+    s3.shutdown()
 
 
-def output_for(case, tmp_path, catalog_url):
+def output_for(case, tmp_path, fakes):
     """The iceberg output block (indented for a fallback's first entry) of each class."""
     if case == "warehouse":
         (tmp_path / "a-file").write_text("")
         return "catalog: { warehouse: ./a-file/warehouse }\nnamespace: p\ntable: t\nschema_evolution: { enabled: true }\n"
     if case == "missing-table":
         return "namespace: p\ntable: missing\n"
-    return (f"catalog:\n  url: {catalog_url}\n  auth: {{ bearer: wrong-token-Zq81 }}\nnamespace: p\ntable: t\n"
+    if case == "bucket-missing":
+        return ("catalog: { url: 'sqlite:./catalog.db', warehouse: 's3://no-such-bucket/wh' }\nnamespace: p\n"
+                "table: t\nschema_evolution: { enabled: true }\nstorage:\n  aws_s3:\n"
+                f"    endpoint: {fakes['s3']}\n    region: us-east-1\n    force_path_style_urls: true\n"
+                "    credentials: { id: test-key, secret: test-secret-Qx77 }\n")
+    url = fakes["catalog"] + ("/403" if case == "catalog-403" else "")
+    return (f"catalog:\n  url: {url}\n  auth: {{ bearer: wrong-token-Zq81 }}\nnamespace: p\ntable: t\n"
             "schema_evolution: { enabled: true }\n")
 
 
 # What each class's log line must name.
 CAUSE = {"warehouse": "cannot create catalog folder", "missing-table": "does not exist",
-         "catalog-401": "401"}
+         "catalog-401": "401", "catalog-403": "403",
+         "bucket-missing": "failed (status: 404): NoSuchBucket: The specified bucket does not exist"}
 
 
-def pipeline(tmp_path, case, catalog_url, mode, fallback, count=COUNT):
-    out = output_for(case, tmp_path, catalog_url)
+def pipeline(tmp_path, case, fakes, mode, fallback, count=COUNT):
+    out = output_for(case, tmp_path, fakes)
     if mode:
         out += f"permanent_errors: {mode}\n"
     iceberg = "iceberg:\n" + "".join("  " + line + "\n" for line in out.splitlines())
@@ -98,7 +141,12 @@ def finish(proc, timeout):
         return None
 
 
-CASES = ["warehouse", "missing-table", "catalog-401"]
+CASES = ["warehouse", "missing-table", "catalog-401", "catalog-403", "bucket-missing"]
+
+
+def one_readable_line(line):
+    """A storage failure in floe's words, not the storage client's nested chain."""
+    return all(noise not in line for noise in ("(persistent)", "Parts {", "context: {", "Failure in doing io"))
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -111,9 +159,10 @@ def test_under_fail_a_permanent_error_fails_the_batch_to_the_fallback_output(tmp
     assert sorted(dead) == list(range(1, COUNT + 1)), log[-3000:]
     lines = [line for line in log.splitlines() if "permanent_errors: fail" in line]
     assert lines and CAUSE[case] in lines[0], log[-3000:]
+    assert one_readable_line(lines[0]), lines[0]
     # One line per cause, not one per batch (the host's own lines aside).
     assert len(lines) == 1, lines
-    assert "wrong-token-Zq81" not in log
+    assert "wrong-token-Zq81" not in log and "test-secret-Qx77" not in log
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -131,7 +180,7 @@ def test_under_stop_a_permanent_error_stops_the_host_with_exit_code_1(tmp_path, 
     assert not dead.exists() or dead.read_text() == "", dead.read_text()[:500]
 
 
-@pytest.mark.parametrize("case", ["missing-table", "catalog-401"])
+@pytest.mark.parametrize("case", ["missing-table", "catalog-401", "bucket-missing"])
 def test_by_default_the_host_keeps_retrying_and_routes_nothing_to_the_fallback(
         tmp_path, case, refusing_catalog):
     proc = start(tmp_path, pipeline(tmp_path, case, refusing_catalog, None, fallback=True))
@@ -181,6 +230,38 @@ def test_a_host_whose_catalog_is_unreachable_counts_what_it_never_wrote_and_exit
     assert unwritten and f"{COUNT} messages" in unwritten[0], log[-3000:]
     refused = [line for line in log.splitlines() if f"127.0.0.1:{port}" in line and "refused" in line.lower()]
     assert 1 <= len(refused) <= 2, "\n".join(refused)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 64 KiB file system (tmpfs), for a warehouse that fills up; skipped where this
+    process may not mount one."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small file system here (needs root and CAP_SYS_ADMIN)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_full_disk_is_one_readable_line_naming_the_file_and_the_cause(tmp_path, full_disk):
+    text = (f"input:\n  generate:\n    count: 4000\n    interval: \"\"\n    batch_size: 2000\n    mapping: |\n"
+            "      root.id = count(\"full\")\n      root.s = uuid_v4() + uuid_v4() + uuid_v4() + uuid_v4()\n"
+            f"output:\n  iceberg:\n    catalog: {{ warehouse: {full_disk}/wh }}\n    namespace: p\n    table: t\n"
+            "    schema_evolution: { enabled: true }\n")
+    proc = start(tmp_path, text)
+    time.sleep(5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    rc = finish(proc, 60)
+    log = (tmp_path / "floe.log").read_text()
+    assert rc not in (0, None), log[-3000:]
+    lines = [line for line in log.splitlines() if "No space left on device" in line]
+    assert lines, log[-3000:]
+    assert f"storage write of {full_disk}/wh/p/t/" in lines[0], lines[0]
+    assert one_readable_line(lines[0]), lines[0]
 
 
 def test_a_clean_run_exits_0_without_an_unwritten_line(tmp_path):

@@ -353,6 +353,28 @@ pub fn location_url(location: &str) -> crate::Result<String> {
 mod tests {
     use super::*;
 
+    /// A storage error as floe tells it (one line, crate::error::describe_storage) is
+    /// still recognised as refused credentials.
+    #[test]
+    fn a_refusal_told_in_one_line_is_a_credential_refusal() {
+        let storage = opendal::Error::new(
+            opendal::ErrorKind::PermissionDenied,
+            r#"S3Error { code: "AccessDenied", message: "Access Denied", resource: "", request_id: "" }"#,
+        )
+        .with_operation("write")
+        .with_context("uri", "http://127.0.0.1:9/b/k")
+        .with_context("response", "Parts { status: 403, headers: {} }");
+        let e = crate::Error::from(
+            iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                "Failure in doing io operation",
+            )
+            .with_source(storage),
+        );
+        assert!(!e.message().contains("Parts {"), "{e}");
+        assert!(is_credential_refusal(&e), "{e}");
+    }
+
     #[test]
     fn vended_credentials_and_their_expiry_are_recognised() {
         let props: HashMap<String, String> = [
