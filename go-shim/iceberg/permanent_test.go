@@ -1,11 +1,14 @@
 package iceberg
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/floe-dev/floe/go-shim/floe"
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -112,5 +115,62 @@ func TestAnUnreachableCatalogLeavesTheBatchesUnwrittenAndCountsThem(t *testing.T
 	}
 	if ExitCode() != 1 || out.pending.messages() != 2 {
 		t.Fatalf("exit code %d, %d messages unwritten; want 1 and 2", ExitCode(), out.pending.messages())
+	}
+}
+
+// Each failed message is logged with its index, its reason and the start of its
+// payload, at most messageLogBurst lines per window; the rest are counted in the next
+// line.
+func TestFailedMessagesAreLoggedWithIndexReasonAndPreviewRateLimited(t *testing.T) {
+	var out bytes.Buffer
+	log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(&out, nil)))
+	var l messageLog
+	for i := range messageLogBurst + 5 {
+		l.failed(log, i, 100, fmt.Errorf("message %d: field `id`: expected a long", i), []byte(fmt.Sprintf(`{"id": "x%d"}`, i)))
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != messageLogBurst {
+		t.Fatalf("%d lines logged, want %d:\n%s", len(lines), messageLogBurst, out.String())
+	}
+	if want := `not written: message 3: field ` + "`id`" + `: expected a long (of 100 messages; payload: \"{\\\"id\\\": \\\"x3\\\"}\")`; !strings.Contains(lines[3], want) {
+		t.Fatalf("line %q lacks %q", lines[3], want)
+	}
+	l.failed(log, 1, 2, errors.New("a reason of the host's"), []byte("p"))
+	if strings.Count(out.String(), "\n") != messageLogBurst {
+		t.Fatal("a line past the burst was logged within the window")
+	}
+	// The next window's first line counts those held back.
+	l.window = l.window.Add(-2 * messageLogWindow)
+	l.failed(log, 1, 2, errors.New("a reason of the host's"), []byte("p"))
+	if tail := out.String()[strings.LastIndex(strings.TrimSpace(out.String()), "\n"):]; !strings.Contains(tail, "message 1 of 2 not written: a reason of the host's") {
+		t.Fatalf("last line %q", tail)
+	}
+	if !strings.Contains(out.String(), "6 more messages failed in the last 10s") {
+		t.Fatalf("held-back lines not counted:\n%s", out.String())
+	}
+}
+
+// An error repeated by every retry is one line, again when its cause changes or 30 s
+// later, not one per batch.
+func TestRepeatedIdenticalErrorsAreOneLinePerCause(t *testing.T) {
+	var out bytes.Buffer
+	log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(&out, nil)))
+	var o outage
+	down := &floe.Error{Status: floe.StatusUnavailable, Message: "catalog unreachable"}
+	for range 50 {
+		o.failed(down, log)
+	}
+	o.failed(&floe.Error{Status: floe.StatusRejected, Message: "403"}, log)
+	o.failed(down, log)
+	if n := strings.Count(out.String(), "\n"); n != 3 {
+		t.Fatalf("%d lines for 52 failures of two causes, want 3:\n%s", n, out.String())
+	}
+	o.lastLog = o.lastLog.Add(-31 * time.Second)
+	o.failed(down, log)
+	if n := strings.Count(out.String(), "\n"); n != 4 {
+		t.Fatalf("the cause is logged again after 30 s: %d lines", n)
+	}
+	if o.failures != 53 || o.backoff() != 10*time.Second {
+		t.Fatalf("failures %d, backoff %s", o.failures, o.backoff())
 	}
 }
