@@ -201,3 +201,74 @@ def test_conflicts_are_counted_and_the_counters_agree_with_the_table(tmp_path):
     files = table.inspect.files().to_pylist()
     assert sum(samples(text, "iceberg_data_files_total", **t)) == len(files)
     assert sum(samples(text, "iceberg_data_bytes_total", **t)) == sum(f["file_size_in_bytes"] for f in files)
+
+
+# Message 1 names a table that is no single folder name (refused, its own fault), message
+# 2 one whose name is not UTF-8; the third, a good table. The first two fail alone.
+BAD_NAMES = """
+shutdown_delay: 60s
+http:
+  address: 127.0.0.1:{port}
+input:
+  generate:
+    count: 3
+    interval: ""
+    mapping: |
+      root.id = count("events")
+      meta t = ["a/b", "bad\\xffname", "good"].index(root.id - 1)
+output:
+  fallback:
+    - iceberg:
+        namespace: demo
+        table: '${{! meta("t") }}'
+        schema_evolution:
+          enabled: true
+    - drop: {{}}
+metrics:
+  prometheus: {{}}
+"""
+
+# Every batch fails whole (a missing table, no evolution) to the fallback.
+FAILED_WHOLE = """
+shutdown_delay: 60s
+http:
+  address: 127.0.0.1:{port}
+input:
+  generate:
+    count: 30
+    interval: ""
+    batch_size: 10
+    mapping: 'root.id = count("events")'
+output:
+  fallback:
+    - iceberg:
+        namespace: demo
+        table: missing
+        permanent_errors: fail
+    - drop: {{}}
+metrics:
+  prometheus: {{}}
+"""
+
+
+def test_failed_names_take_no_table_label_and_crash_nothing(tmp_path):
+    port = free_port()
+    with host(tmp_path, "bad.yaml", BAD_NAMES.format(port=port)) as proc:
+        text = scrape_until(port, lambda text: (sample(text, "iceberg_row_operations_total",
+                                                       table="demo.good") or 0) >= 1, 60)
+        text = scrape_until(port, lambda text: sum(samples(text, "iceberg_rows_failed_total")) >= 2, 10)
+        assert proc.poll() is None, "the host exited"
+    assert sample(text, "iceberg_row_operations_total", table="demo.good", operation="insert") == 1, text[-3000:]
+    failed = {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("iceberg_rows_failed_total{") and not line.endswith(" 0")}
+    assert sum(failed.values()) == 2 and all('table="_other"' in k for k in failed), failed
+
+
+def test_a_batch_failed_whole_counts_its_messages_as_failed(tmp_path):
+    port = free_port()
+    t = {"table": "demo.missing"}
+    with host(tmp_path, "whole.yaml", FAILED_WHOLE.format(port=port)):
+        text = scrape_until(port, lambda text: sum(samples(text, "iceberg_rows_failed_total", **t)) >= 30, 60)
+    assert sum(samples(text, "iceberg_rows_failed_total", **t)) == 30, text[-3000:]
+    assert sample(text, "iceberg_rows_failed_total", **t, **{"class": "not_found"}) == 30
+    assert sample(text, "iceberg_write_failures_total", **{"class": "not_found"}) == 3

@@ -3,6 +3,7 @@ package iceberg
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,8 +80,11 @@ func newMetrics(m *service.Metrics) *metrics {
 }
 
 // table is the label of a table: its name for the first maxTableLabels tables seen,
-// otherTable after.
+// otherTable after. Only tables libfloe wrote to (its events, committed messages) take
+// a slot, so names that fail cannot crowd real tables out; a name that is not UTF-8
+// (which the exporter refuses) is labelled with its invalid bytes replaced.
 func (m *metrics) table(name string) string {
+	name = strings.ToValidUTF8(name, "\uFFFD")
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.tables[name] {
@@ -91,6 +95,18 @@ func (m *metrics) table(name string) string {
 	}
 	m.tables[name] = true
 	return name
+}
+
+// knownTable is the label of a failed message's table: the table's own label if it has
+// one, else otherTable (a failing name takes no slot).
+func (m *metrics) knownTable(name string) string {
+	name = strings.ToValidUTF8(name, "\uFFFD")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.tables[name] {
+		return name
+	}
+	return otherTable
 }
 
 // zeroes makes the series that exist from the start at 0, so that a dashboard's rate()
@@ -138,7 +154,10 @@ func (m *metrics) event(e floe.Event) {
 		m.dataBytes.Incr(int64(e.DataBytes), t)
 		m.deleteFiles.Incr(int64(e.DeleteFiles), t)
 		m.commitLatency.Timing(e.Took.Nanoseconds(), t)
-		m.catalogLatency.Timing(e.Catalog.Nanoseconds(), t)
+		if e.Catalog > 0 {
+			// Zero when the commit was found landed by a look, without an answer.
+			m.catalogLatency.Timing(e.Catalog.Nanoseconds(), t)
+		}
 	case floe.EventCommitFailed:
 		m.commitFailures.Incr(1, t, statusClass(e.Failure))
 	case floe.EventFilesWritten:
@@ -180,10 +199,29 @@ func (m *metrics) committed(tables []string, ops []string, failures []error) {
 	}
 }
 
-// failedMessage counts one message that failed for a reason of its own.
+// failedMessage counts one message that failed for a reason of its own (each delivery
+// of it: an input that delivers it again counts again).
 func (m *metrics) failedMessage(table string, err error) {
-	m.rowsFailed.Incr(1, m.table(table), errorClass(err))
+	m.rowsFailed.Incr(1, m.knownTable(table), errorClass(err))
 	m.failed.Add(1)
+}
+
+// failedWhole counts the messages of a call failed as a whole to the host (under
+// permanent_errors: fail), which then owns them: a fallback output receives them. Calls
+// the host retries (not connected), cut short by stopping, or failed message by message
+// are counted elsewhere or not at all.
+func (m *metrics) failedWhole(table string, n int, err error, stopping bool) {
+	var batchErr *service.BatchError
+	if err == nil || stopping || errors.Is(err, service.ErrNotConnected) || errors.As(err, &batchErr) {
+		return
+	}
+	m.rowsFailed.Incr(int64(n), m.knownTable(table), errorClass(err))
+	m.failed.Add(int64(n))
+}
+
+// openFailed counts a write call that found no writer and could not open one.
+func (m *metrics) openFailed(err error) {
+	m.writeFailures.Incr(1, errorClass(err))
 }
 
 // errorClass is an error's `class` label: libfloe's status, or invalid_input for the

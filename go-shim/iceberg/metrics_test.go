@@ -54,3 +54,19 @@ func TestFailureClasses(t *testing.T) {
 		}
 	}
 }
+
+func TestFailingNamesTakeNoLabelAndInvalidUTF8IsReplaced(t *testing.T) {
+	m := &metrics{tables: map[string]bool{}}
+	if got := m.knownTable("demo.refused/name"); got != otherTable {
+		t.Fatalf("a failing table took label %q", got)
+	}
+	if len(m.tables) != 0 {
+		t.Fatalf("a failing table took a slot: %v", m.tables)
+	}
+	if got := m.table("demo.bad\xffname"); got != "demo.bad\uFFFDname" {
+		t.Fatalf("label %q", got)
+	}
+	if got := m.knownTable("demo.bad\xffname"); got != "demo.bad\uFFFDname" {
+		t.Fatalf("a written table's failures labelled %q", got)
+	}
+}

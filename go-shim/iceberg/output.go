@@ -561,6 +561,7 @@ func (o *output) positions(batch service.MessageBatch, failures []error) ([]stri
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
 	err := o.writeBatch(ctx, batch)
 	o.finished(batch, err, ctx.Err() != nil)
+	o.metrics.failedWhole(o.staticTable(), len(batch), err, ctx.Err() != nil)
 	return err
 }
 
@@ -572,6 +573,7 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) err
 		// Connect left it closed for a permanent error: open again (it may be fixed),
 		// else fail the call with the error.
 		if err := o.open(); err != nil {
+			o.metrics.openFailed(err)
 			if o.givesUp(err) {
 				return o.permanentFailure(ctx, err)
 			}
@@ -964,6 +966,8 @@ func (o *output) Close(ctx context.Context) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.writer != nil {
+		// Commits that landed since the last drain (calls cut short at shutdown).
+		o.metrics.takeEvents(o.writer)
 		o.logStats()
 		err := o.writer.Close()
 		o.writer = nil

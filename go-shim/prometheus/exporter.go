@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -176,7 +177,7 @@ func (e *exporter) NewCounterCtor(name string, labelKeys ...string) service.Metr
 		e.counters[name] = vec
 	}
 	return func(values ...string) service.MetricsExporterCounter {
-		return counter{vec.WithLabelValues(values...)}
+		return counter{vec.WithLabelValues(validLabels(values)...)}
 	}
 }
 
@@ -197,7 +198,7 @@ func (e *exporter) NewGaugeCtor(name string, labelKeys ...string) service.Metric
 		e.gauges[name] = vec
 	}
 	return func(values ...string) service.MetricsExporterGauge {
-		return gauge{vec.WithLabelValues(values...)}
+		return gauge{vec.WithLabelValues(validLabels(values)...)}
 	}
 }
 
@@ -220,7 +221,9 @@ func (e *exporter) NewTimerCtor(name string, labelKeys ...string) service.Metric
 			}
 			e.histos[name] = vec
 		}
-		return func(values ...string) service.MetricsExporterTimer { return timer{vec.WithLabelValues(values...)} }
+		return func(values ...string) service.MetricsExporterTimer {
+			return timer{vec.WithLabelValues(validLabels(values)...)}
+		}
 	}
 	vec, ok := e.summaries[name]
 	if !ok {
@@ -233,10 +236,24 @@ func (e *exporter) NewTimerCtor(name string, labelKeys ...string) service.Metric
 		}
 		e.summaries[name] = vec
 	}
-	return func(values ...string) service.MetricsExporterTimer { return timer{vec.WithLabelValues(values...)} }
+	return func(values ...string) service.MetricsExporterTimer {
+		return timer{vec.WithLabelValues(validLabels(values)...)}
+	}
 }
 
 func (e *exporter) Close(context.Context) error { return nil }
+
+// validLabels replaces the invalid bytes of label values (any component's, e.g. a name
+// taken from a message) with U+FFFD: the Prometheus client panics on a value that is
+// not UTF-8.
+func validLabels(values []string) []string {
+	for i, v := range values {
+		if !utf8.ValidString(v) {
+			values[i] = strings.ToValidUTF8(v, "\uFFFD")
+		}
+	}
+	return values
+}
 
 type counter struct{ c prometheus.Counter }
 

@@ -95,3 +95,11 @@ func TestBucketsMustIncrease(t *testing.T) {
 		t.Fatalf("decreasing buckets: %v", err)
 	}
 }
+
+func TestALabelValueThatIsNotUTF8IsReplacedNotAPanic(t *testing.T) {
+	e := newTestExporter(t, "add_process_metrics: false\nadd_go_metrics: false")
+	e.NewCounterCtor("x_total", "table")("bad\xffname").Incr(1)
+	if text := scrape(t, e); !strings.Contains(text, "x_total{table=\"bad\uFFFDname\"} 1") {
+		t.Fatalf("scraped:\n%s", text)
+	}
+}
