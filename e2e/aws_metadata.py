@@ -12,6 +12,9 @@ authorization or session token the real service requires.
         s.url   # for AWS_CONTAINER_CREDENTIALS_FULL_URI
     with CredentialServer("imds", ttl=6) as s:
         s.endpoint   # for AWS_EC2_METADATA_SERVICE_ENDPOINT
+    with CredentialServer("sts", ttl=600, base=lookup, region="eu-west-1") as s:
+        s.endpoint   # STS: AssumeRole, signed (checked by e2e/sigv4_front.py's rules)
+                     # with the credentials `base(key_id)` gives
 """
 import datetime
 import json
@@ -27,9 +30,12 @@ ROLE = "floe-test-role"
 
 
 class CredentialServer:
-    def __init__(self, kind, ttl=6.0, authorization=None):
-        assert kind in ("container", "imds")
+    def __init__(self, kind, ttl=6.0, authorization=None, base=None, region="us-east-1"):
+        assert kind in ("container", "imds", "sts")
         self.kind, self.ttl, self.authorization = kind, ttl, authorization
+        self.base, self.region = base, region
+        self.requests = []  # STS: each AssumeRole request's form
+        self.reasons = []  # STS: why requests were refused
         self.lock = threading.Lock()
         self.keys = {}  # key id → (secret, token, expires_at)
         self.issued = []
@@ -60,6 +66,11 @@ class CredentialServer:
                     return self.reply(200, token, "text/plain")
                 server.refuse()
                 self.reply(403, "")
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, text = server.assume_role(self.path, self.headers, body)
+                self.reply(status, text, "text/xml")
 
             def do_GET(self):
                 status, body = server.answer(self.path, self.headers)
@@ -105,6 +116,36 @@ class CredentialServer:
         if path == base + ROLE:
             return 200, self.mint()
         return 404, ""
+
+    def assume_role(self, path, headers, body):
+        """STS AssumeRole: the request must be signed for sts in this server's region with
+        credentials `base` knows; the answer is STS's XML with fresh credentials."""
+        import types
+        import urllib.parse
+        from sigv4_front import SigV4Front
+        if self.kind != "sts":
+            self.refuse()
+            return 404, ""
+        checker = types.SimpleNamespace(lookup=self.base, credentials=None, region=self.region, service="sts")
+        problem = SigV4Front.verify(checker, "POST", path, headers, body)
+        form = dict(urllib.parse.parse_qsl(body.decode()))
+        if problem is None and form.get("Action") != "AssumeRole":
+            problem = f"action {form.get('Action')!r}"
+        if problem:
+            self.refuse()
+            with self.lock:
+                self.reasons.append(problem)
+            return 403, ("<ErrorResponse><Error><Type>Sender</Type><Code>SignatureDoesNotMatch</Code>"
+                         f"<Message>{problem}</Message></Error></ErrorResponse>")
+        with self.lock:
+            self.requests.append(form)
+        c = json.loads(self.mint())
+        return 200, ("<AssumeRoleResponse><AssumeRoleResult><Credentials>"
+                     f"<AccessKeyId>{c['AccessKeyId']}</AccessKeyId><SecretAccessKey>{c['SecretAccessKey']}"
+                     f"</SecretAccessKey><SessionToken>{c['Token']}</SessionToken><Expiration>{c['Expiration']}"
+                     "</Expiration></Credentials><AssumedRoleUser><Arn>"
+                     f"{form.get('RoleArn')}/{form.get('RoleSessionName')}</Arn></AssumedRoleUser>"
+                     "</AssumeRoleResult></AssumeRoleResponse>")
 
     def valid(self, key_id):
         """The key's credentials while it lives, else None."""

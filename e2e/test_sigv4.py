@@ -10,6 +10,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from aws_metadata import CredentialServer  # noqa: E402
+from botocore.credentials import Credentials  # noqa: E402
 from sigv4_front import SigV4Front  # noqa: E402
 from test_floe_run import FLOE, pipeline  # noqa: E402
 
@@ -165,3 +166,72 @@ def test_instance_role_credentials_through_imdsv2(tmp_path, services):
         # IMDSv2: every metadata read carried the session token.
         assert len(creds.issued) >= 1 and creds.refused == 0 and creds.session_tokens
     assert rows_of(services, "instance") == 300
+
+
+# Redpanda Connect's aws_sigv4 fields (issue 37, item 7): each acts as there.
+
+def output_with(services, front, table, sigv4_extra):
+    """output() with `sigv4_extra` (YAML lines under aws_sigv4) in place of the keys."""
+    extra = "".join(f"        {line}\n" for line in sigv4_extra.splitlines())
+    return output(services, front, table, credentials=False).replace(
+        "        service: glue\n", "        service: glue\n" + extra)
+
+
+def test_a_role_is_assumed_through_sts_at_the_endpoint_with_the_external_id(tmp_path, services):
+    """credentials.role + role_external_id: STS AssumeRole (at `endpoint`), signed with the
+    configured keys; the catalog calls are signed with the role's temporary keys. The
+    `tcp` section of Redpanda Connect's page, with its defaults, is accepted too."""
+    base = {KEY_ID: Credentials(KEY_ID, SECRET)}
+    role = "arn:aws:iam::123456789012:role/floe-writer"
+    with CredentialServer("sts", ttl=600.0, base=base.get, region="eu-west-1") as sts, \
+            SigV4Front(services["rest_url"], "unused", "unused", region="eu-west-1",
+                       service="glue", lookup=sts.valid) as front:
+        extra = (f"endpoint: {sts.endpoint}\n"
+                 "tcp:\n  connect_timeout: 0s\n  keep_alive: { idle: 15s, interval: 15s, count: 9 }\n"
+                 "  tcp_user_timeout: 0s\n"
+                 f"credentials:\n  id: {KEY_ID}\n  secret: {SECRET}\n  role: {role}\n"
+                 "  role_external_id: ext-4242\n")
+        res = run_clean(tmp_path, pipeline(output_with(services, front, "assumed", extra), 300,
+                                           batch_size=100), no_static_keys(tmp_path))
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert front.rejected == 0 and front.accepted >= 5, front.reasons[:5]
+        assert sts.refused == 0, sts.reasons[:3]
+        assert sts.requests and sts.requests[0]["RoleArn"] == role, sts.requests
+        assert sts.requests[0]["ExternalId"] == "ext-4242"
+    assert rows_of(services, "assumed") == 300
+    out = res.stdout + res.stderr
+    assert SECRET not in out
+    for key in sts.issued:
+        assert sts.keys[key][0] not in out and sts.keys[key][1] not in out
+
+
+def test_from_ec2_role_takes_the_instance_role_over_the_environment(tmp_path, services):
+    with CredentialServer("imds", ttl=600.0) as creds, \
+            SigV4Front(services["rest_url"], "unused", "unused", region="eu-west-1",
+                       service="glue", lookup=creds.valid) as front:
+        env = no_static_keys(tmp_path)
+        env.update({"AWS_EC2_METADATA_SERVICE_ENDPOINT": creds.endpoint,
+                    "AWS_ACCESS_KEY_ID": "AKIDNOTTHEINSTANCE", "AWS_SECRET_ACCESS_KEY": "not-the-instance"})
+        res = run_clean(tmp_path, pipeline(output_with(services, front, "ec2_role",
+                                                       "credentials: { from_ec2_role: true }"),
+                                           200, batch_size=100), env)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert front.rejected == 0 and front.accepted >= 5, front.reasons[:5]
+        assert creds.issued and creds.refused == 0
+    assert rows_of(services, "ec2_role") == 200
+
+
+def test_a_named_profile_signs_in_place_of_the_default_one(tmp_path, services):
+    (tmp_path / "credentials").write_text(
+        "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = not-this-one\n\n"
+        f"[writer]\naws_access_key_id = {KEY_ID}\naws_secret_access_key = {SECRET}\n")
+    with SigV4Front(services["rest_url"], KEY_ID, SECRET, region="eu-west-1",
+                    service="glue") as front:
+        env = no_static_keys(tmp_path)
+        env["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "credentials")
+        res = run_clean(tmp_path, pipeline(output_with(services, front, "profile",
+                                                       "credentials: { profile: writer }"),
+                                           200, batch_size=100), env)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert front.rejected == 0 and front.accepted >= 5, front.reasons[:5]
+    assert rows_of(services, "profile") == 200

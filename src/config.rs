@@ -141,7 +141,8 @@ pub struct AuthConfig {
     pub aws_sigv4: Option<SigV4Config>,
 }
 
-/// AWS SigV4-signed catalog calls (Glue's and S3 Tables' Iceberg REST endpoints).
+/// AWS SigV4-signed catalog calls (Glue's and S3 Tables' Iceberg REST endpoints), with
+/// the fields of Redpanda Connect's `aws_sigv4` section (its AWS session's).
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SigV4Config {
@@ -151,8 +152,125 @@ pub struct SigV4Config {
     /// The service in the scope: `glue` (Glue), `s3tables` (S3 Tables), `execute-api`.
     #[serde(default = "default_sigv4_service", deserialize_with = "sigv4_service")]
     pub service: String,
-    /// Absent: the environment, then the shared credentials file.
-    pub credentials: Option<S3Credentials>,
+    /// The AWS API endpoint of the calls floe makes for credentials: STS's, for
+    /// `credentials.role` (AssumeRole) and web identity (AssumeRoleWithWebIdentity).
+    /// Catalog requests go to `catalog.url` whatever it says (as in Redpanda Connect,
+    /// where it is the AWS SDK's base endpoint, which only the role's STS client uses).
+    #[serde(default, deserialize_with = "non_empty")]
+    pub endpoint: Option<String>,
+    /// TCP settings of the connections of those credential calls (STS, the container
+    /// endpoint, instance metadata): the AWS session's HTTP client, as in Redpanda Connect.
+    pub tcp: Option<TcpConfig>,
+    /// Absent: the environment, then the shared credentials file, web identity, the
+    /// container endpoint and the instance's role.
+    pub credentials: Option<SigV4Credentials>,
+}
+
+/// Where SigV4 credentials come from, as Redpanda Connect's `credentials` section has it:
+/// a profile's keys, else the keys given, else the default chain; then, with `role`, the
+/// role those credentials assume; `from_ec2_role` takes the instance's role instead.
+#[derive(Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SigV4Credentials {
+    /// A profile of the shared credentials (or config) file, in place of `AWS_PROFILE`.
+    #[serde(default, deserialize_with = "non_empty")]
+    pub profile: Option<String>,
+    #[serde(default, deserialize_with = "non_empty")]
+    pub id: Option<String>,
+    #[serde(default, deserialize_with = "non_empty")]
+    pub secret: Option<String>,
+    #[serde(default, deserialize_with = "non_empty")]
+    pub token: Option<String>,
+    /// The credentials of the EC2 instance's role (instance metadata, IMDSv2).
+    #[serde(default)]
+    pub from_ec2_role: bool,
+    /// A role (ARN) to assume through STS with the credentials above.
+    #[serde(default, deserialize_with = "non_empty")]
+    pub role: Option<String>,
+    /// The external id the role's trust policy asks for.
+    #[serde(default, deserialize_with = "non_empty")]
+    pub role_external_id: Option<String>,
+}
+
+/// TCP settings of a client's connections, as Benthos' `tcp` section has them.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TcpConfig {
+    /// The longest a connect may take; `0s`: floe's default for the client.
+    #[serde(default, deserialize_with = "duration", serialize_with = "go_duration")]
+    pub connect_timeout: std::time::Duration,
+    /// Keep-alive probes; absent: the client's defaults.
+    pub keep_alive: Option<KeepAliveConfig>,
+    /// How long sent data may stay unacknowledged before the connection is dropped
+    /// (Linux only; ignored elsewhere); `0s`: no limit.
+    #[serde(default, deserialize_with = "duration", serialize_with = "go_duration")]
+    pub tcp_user_timeout: std::time::Duration,
+}
+
+/// TCP keep-alive probes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeepAliveConfig {
+    /// Idle time before the first probe (`0s`: 15 s); `None`: no probes (a negative
+    /// duration, as in Benthos).
+    #[serde(
+        default = "default_keep_alive",
+        deserialize_with = "keep_alive_idle",
+        serialize_with = "keep_alive_idle_text"
+    )]
+    pub idle: Option<std::time::Duration>,
+    /// Between probes (`0s`: 15 s).
+    #[serde(default, deserialize_with = "duration", serialize_with = "go_duration")]
+    pub interval: std::time::Duration,
+    /// Unanswered probes before the connection is dropped (`0`: 9).
+    #[serde(default)]
+    pub count: u32,
+}
+
+impl KeepAliveConfig {
+    /// Benthos' defaults for zero values: 15 s idle, 15 s between probes, 9 probes.
+    pub fn effective(&self) -> Option<(std::time::Duration, std::time::Duration, u32)> {
+        let or = |d: std::time::Duration| match d.is_zero() {
+            true => std::time::Duration::from_secs(15),
+            false => d,
+        };
+        let idle = self.idle?;
+        let count = match self.count {
+            0 => 9,
+            n => n,
+        };
+        Some((or(idle), or(self.interval), count))
+    }
+}
+
+fn default_keep_alive() -> Option<std::time::Duration> {
+    Some(std::time::Duration::ZERO)
+}
+
+/// A keep-alive idle time: a negative one turns probes off.
+fn keep_alive_idle<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<std::time::Duration>, D::Error> {
+    let text = String::deserialize(d)?;
+    match text.trim().strip_prefix('-') {
+        Some(magnitude) => {
+            let d = parse_duration(magnitude).map_err(serde::de::Error::custom)?;
+            Ok((d.is_zero()).then_some(d))
+        }
+        None => parse_duration(&text)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
+fn keep_alive_idle_text<S: serde::Serializer>(
+    d: &Option<std::time::Duration>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => go_duration(d, s),
+        None => s.serialize_str("-1s"),
+    }
 }
 
 fn default_sigv4_service() -> String {
@@ -169,13 +287,24 @@ impl std::fmt::Debug for SigV4Config {
         f.debug_struct("SigV4Config")
             .field("region", &self.region)
             .field("service", &self.service)
-            .field(
-                "credentials",
-                &self
-                    .credentials
-                    .as_ref()
-                    .map(|c| format!("id {} (secret redacted)", c.id)),
-            )
+            .field("endpoint", &self.endpoint)
+            .field("tcp", &self.tcp)
+            .field("credentials", &self.credentials)
+            .finish()
+    }
+}
+
+/// Names the profile, key id and role; never the secret or the session token.
+impl std::fmt::Debug for SigV4Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigV4Credentials")
+            .field("profile", &self.profile)
+            .field("id", &self.id)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("from_ec2_role", &self.from_ec2_role)
+            .field("role", &self.role)
+            .field("role_external_id", &self.role_external_id)
             .finish()
     }
 }
@@ -820,6 +949,67 @@ pub struct JsonConfig {
     pub epoch_unit: EpochUnit,
 }
 
+/// What cannot work in `catalog.auth.aws_sigv4`: where Redpanda Connect would silently
+/// take one of two sources of credentials, floe asks for one.
+fn sigv4_problems(sigv4: &SigV4Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    const AT: &str = "catalog.auth.aws_sigv4.credentials";
+    if let Some(c) = &sigv4.credentials {
+        let keys = c.id.is_some() || c.secret.is_some() || c.token.is_some();
+        if keys && (c.id.is_none() || c.secret.is_none()) {
+            problems.push(format!(
+                "{AT}: id and secret must both be set (leave credentials out to use the \
+                 environment or ~/.aws/credentials)"
+            ));
+        } else if !keys && c.profile.is_none() && c.role.is_none() && !c.from_ec2_role {
+            problems.push(format!(
+                "{AT}: id and secret must both be set, or profile, role or from_ec2_role \
+                 (leave credentials out to use the environment or ~/.aws/credentials)"
+            ));
+        }
+        if keys && c.profile.is_some() {
+            problems.push(format!(
+                "{AT}: set profile or id and secret, not both (Redpanda Connect would take \
+                 the profile and ignore the keys)"
+            ));
+        }
+        if c.from_ec2_role && (keys || c.profile.is_some() || c.role.is_some()) {
+            problems.push(format!(
+                "{AT}.from_ec2_role: the instance's role replaces every other source of \
+                 credentials; leave out profile, id, secret and role (Redpanda Connect would \
+                 ignore them)"
+            ));
+        }
+        if c.role_external_id.is_some() && c.role.is_none() {
+            problems.push(format!(
+                "{AT}.role_external_id: only a role assumed (role) sends it; set role or \
+                 leave it out"
+            ));
+        }
+    }
+    if let Some(endpoint) = &sigv4.endpoint
+        && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+    {
+        problems.push(format!(
+            "catalog.auth.aws_sigv4.endpoint {:?} is not an http:// or https:// URL",
+            redact_user_info(endpoint)
+        ));
+    }
+    if let Some(tcp) = &sigv4.tcp
+        && !tcp.tcp_user_timeout.is_zero()
+        && let Some((idle, _, _)) = tcp.keep_alive.as_ref().and_then(KeepAliveConfig::effective)
+        && idle <= tcp.tcp_user_timeout
+    {
+        problems.push(format!(
+            "catalog.auth.aws_sigv4.tcp: keep_alive.idle ({}) must be greater than \
+             tcp_user_timeout ({}) (RFC 5482)",
+            format_duration(idle),
+            format_duration(tcp.tcp_user_timeout)
+        ));
+    }
+    problems
+}
+
 /// The catalog a config selects, after validation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CatalogKind {
@@ -879,8 +1069,15 @@ impl Config {
         strip_nulls(&mut tree);
         tree["catalog"]["auth"]["oauth2"] =
             serde_json::json!({ "server_uri": default_oauth_uri() });
-        tree["catalog"]["auth"]["aws_sigv4"] =
-            serde_json::json!({ "service": default_sigv4_service() });
+        // `tcp` as Benthos' section has it (zero values mean the client's defaults).
+        tree["catalog"]["auth"]["aws_sigv4"] = serde_json::json!({
+            "service": default_sigv4_service(),
+            "tcp": {
+                "connect_timeout": "0s",
+                "keep_alive": { "idle": "15s", "interval": "15s", "count": 9 },
+                "tcp_user_timeout": "0s",
+            },
+        });
         tree["storage"]["aws_s3"] = serde_json::json!({ "force_path_style_urls": false });
         tree
     }
@@ -976,19 +1173,8 @@ impl Config {
                     .into(),
             );
         }
-        if let Some(c) = self
-            .catalog
-            .auth
-            .aws_sigv4
-            .as_ref()
-            .and_then(|s| s.credentials.as_ref())
-            && (c.id.is_empty() || c.secret.is_empty())
-        {
-            problems.push(
-                "catalog.auth.aws_sigv4.credentials: id and secret must both be set (leave \
-                 credentials out to use the environment or ~/.aws/credentials)"
-                    .into(),
-            );
+        if let Some(sigv4) = &self.catalog.auth.aws_sigv4 {
+            problems.extend(sigv4_problems(sigv4));
         }
         let auths = [
             self.catalog.auth.bearer.is_some(),
@@ -1373,6 +1559,81 @@ mod tests {
         assert!(
             problems.iter().all(|p| !p.contains("SECRET")),
             "{problems:?}"
+        );
+    }
+
+    /// Redpanda Connect's `aws_sigv4` fields: its page's values parse, and where it would
+    /// silently take one of two sources of credentials floe says so.
+    #[test]
+    fn sigv4_takes_redpanda_connects_fields() {
+        let with = |sigv4: &str| {
+            Config::problems(&format!(
+                r#"{{"catalog": {{"url": "http://127.0.0.1:1", "auth": {{"aws_sigv4": {sigv4}}}}}}}"#
+            ))
+        };
+        let rpcn = r#"{"region": "us-east-1", "endpoint": "https://sts.us-east-1.amazonaws.com",
+            "tcp": {"connect_timeout": "0s", "keep_alive": {"idle": "15s", "interval": "15s", "count": 9}, "tcp_user_timeout": "0s"},
+            "credentials": {"profile": "", "id": "AKID", "secret": "SECRET9", "token": "", "from_ec2_role": false,
+                            "role": "arn:aws:iam::1:role/r", "role_external_id": "x"}, "service": "glue"}"#;
+        assert_eq!(with(rpcn), Vec::<String>::new());
+        let config = Config::from_json(&format!(
+            r#"{{"catalog": {{"url": "http://127.0.0.1:1", "auth": {{"aws_sigv4": {rpcn}}}}}}}"#
+        ))
+        .unwrap();
+        let sigv4 = config.catalog.auth.aws_sigv4.unwrap();
+        let c = sigv4.credentials.as_ref().unwrap();
+        assert_eq!((c.profile.as_deref(), c.token.as_deref()), (None, None));
+        assert_eq!(c.role_external_id.as_deref(), Some("x"));
+        assert!(!format!("{sigv4:?}").contains("SECRET9"));
+        let keep_alive = sigv4.tcp.unwrap().keep_alive.unwrap();
+        assert_eq!(
+            keep_alive
+                .effective()
+                .map(|(idle, _, count)| (idle.as_secs(), count)),
+            Some((15, 9))
+        );
+        for (sigv4, problem) in [
+            (
+                r#"{"credentials": {"profile": "p", "id": "a", "secret": "b"}}"#,
+                "set profile or id and secret, not both",
+            ),
+            (
+                r#"{"credentials": {"from_ec2_role": true, "role": "r"}}"#,
+                "the instance's role replaces every other source",
+            ),
+            (
+                r#"{"credentials": {"role_external_id": "x", "profile": "p"}}"#,
+                "only a role assumed (role) sends it",
+            ),
+            (
+                r#"{"credentials": {"id": "", "secret": ""}}"#,
+                "id and secret must both be set, or profile, role or from_ec2_role",
+            ),
+            (
+                r#"{"endpoint": "sts.amazonaws.com"}"#,
+                "is not an http:// or https:// URL",
+            ),
+            (
+                r#"{"tcp": {"keep_alive": {"idle": "5s"}, "tcp_user_timeout": "10s"}}"#,
+                "keep_alive.idle (5s) must be greater than tcp_user_timeout (10s)",
+            ),
+        ] {
+            let problems = with(sigv4);
+            assert!(
+                problems.len() == 1 && problems[0].contains(problem),
+                "{sigv4}: {problems:?}"
+            );
+        }
+        // A negative idle turns probes off, and then no user timeout is compared with it.
+        assert_eq!(
+            with(r#"{"tcp": {"keep_alive": {"idle": "-1s"}, "tcp_user_timeout": "10s"}}"#),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            with(r#"{"tcp": {"connect_timeout": "soon"}}"#),
+            [
+                r#"catalog.auth.aws_sigv4.tcp.connect_timeout: "soon" is not a duration like 500ms, 30s, 24h or 1h30m"#
+            ]
         );
     }
 

@@ -489,8 +489,12 @@ func durationProblems(section map[string]any) []specProblem {
 		if err != nil {
 			continue
 		}
+		// Only the duration's own line: a value alone may lack the context other
+		// checks ask for (a SigV4 setting without a REST catalog's url).
 		for _, line := range floe.CheckConfig(alone) {
-			problems = append(problems, specProblem{path: path, text: line})
+			if strings.HasPrefix(line, strings.Join(path, ".")+":") {
+				problems = append(problems, specProblem{path: path, text: line})
+			}
 		}
 	}
 	return problems

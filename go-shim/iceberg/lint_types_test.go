@@ -50,6 +50,7 @@ func TestSpecCheckNamesEachRefusedValue(t *testing.T) {
 		"unknown far":          {"wibble: 1\n", []string{"field wibble is not a field of the iceberg output"}},
 		"batching":             {"batching: {count: x, processors: [{mapping: 'root = this'}]}\n", []string{`batching.count: expected an integer, got "x"`}},
 		"duration":             {"commit: {linger: 5, retry_timeout: -1s}\n", []string{`commit.linger: "5" is not a duration like 500ms, 30s, 24h or 1h30m`, `commit.retry_timeout: "-1s" is negative`}},
+		"tcp durations":        {"catalog: {auth: {aws_sigv4: {tcp: {connect_timeout: soon, keep_alive: {idle: -1s, interval: x}}}}}\n", []string{`catalog.auth.aws_sigv4.tcp.connect_timeout: "soon" is not a duration like 500ms, 30s, 24h or 1h30m`, `catalog.auth.aws_sigv4.tcp.keep_alive.interval: "x" is not a duration like 500ms, 30s, 24h or 1h30m`}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -171,7 +172,7 @@ func TestSpecTableIsTheRegisteredSpec(t *testing.T) {
 	for _, p := range durationPaths() {
 		durations = append(durations, strings.Join(p, "."))
 	}
-	if want := []string{"commit.linger", "commit.max_snapshot_age", "commit.retry_timeout"}; !slices.Equal(durations, want) {
+	if want := []string{"catalog.auth.aws_sigv4.tcp.connect_timeout", "catalog.auth.aws_sigv4.tcp.keep_alive.idle", "catalog.auth.aws_sigv4.tcp.keep_alive.interval", "catalog.auth.aws_sigv4.tcp.tcp_user_timeout", "commit.linger", "commit.max_snapshot_age", "commit.retry_timeout"}; !slices.Equal(durations, want) {
 		t.Errorf("durations %q, want %q", durations, want)
 	}
 }

@@ -21,14 +21,15 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::Mutex;
 
-use super::sigv4::{Credentials, from_env, from_shared_file};
+use super::sigv4::{Credentials, Signer, from_env, from_shared_file};
+use crate::config::{SigV4Config, TcpConfig};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Credentials for signing, fixed or fetched again before they expire.
 pub enum CredentialSource {
     Fixed(Credentials),
     Temporary {
-        provider: Provider,
+        provider: Box<Provider>,
         http: reqwest::Client,
         cached: Mutex<Cached>,
     },
@@ -41,9 +42,22 @@ pub(super) struct Cached {
     expiry: Option<SystemTime>,
 }
 
+/// A fetch of temporary credentials and their expiry.
+type FetchFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(Credentials, Option<SystemTime>)>> + Send + 'a>,
+>;
+
 /// A source of temporary credentials (not `Debug`: it may hold a container token).
-#[derive(Clone)]
 pub enum Provider {
+    /// STS AssumeRole, signed with the base credentials (`credentials.role`).
+    AssumeRole {
+        base: std::sync::Arc<CredentialSource>,
+        role_arn: String,
+        external_id: Option<String>,
+        session_name: String,
+        sts_url: String,
+        region: String,
+    },
     WebIdentity {
         token_file: String,
         role_arn: String,
@@ -72,10 +86,70 @@ const MAX_MARGIN: Duration = Duration::from_secs(300);
 const RETRY_FAILED_REFRESH: Duration = Duration::from_secs(30);
 
 impl CredentialSource {
-    /// The first source of the chain that has credentials, `configured` first. Temporary
-    /// credentials are fetched once here, so a missing role fails at start.
-    pub async fn resolve(configured: Option<Credentials>, region: &str) -> Result<Self> {
-        if let Some(c) = configured.or_else(|| from_env(|k| std::env::var(k).ok())) {
+    /// Where `catalog.auth.aws_sigv4` says credentials come from, as Redpanda Connect
+    /// reads its section: `credentials.from_ec2_role`: the instance's role; else a
+    /// profile's keys (`credentials.profile`), the keys given, or the default chain;
+    /// then, with `credentials.role`, the role those credentials assume through STS
+    /// (at `endpoint` when set). Temporary credentials are fetched once here, so a missing
+    /// role fails at start. The calls for credentials go through a client with the
+    /// section's `tcp` settings.
+    pub async fn resolve(config: &SigV4Config, region: &str) -> Result<Self> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let http = credentials_client(config.tcp.as_ref())?;
+        let sts_url = config
+            .endpoint
+            .clone()
+            .or_else(|| env("AWS_ENDPOINT_URL_STS"))
+            .unwrap_or_else(|| regional_sts(region));
+        let c = config.credentials.clone().unwrap_or_default();
+        if c.from_ec2_role {
+            let provider = Provider::Instance {
+                endpoint: instance_endpoint(env),
+            };
+            return Self::temporary(provider, http).await.map_err(|e| {
+                Error::config(format!(
+                    "catalog.auth.aws_sigv4.credentials.from_ec2_role: the instance metadata \
+                     service could not be reached or has no role ({e})"
+                ))
+            });
+        }
+        let base = if let Some(profile) = &c.profile {
+            let keys = shared_file_credentials(profile).ok_or_else(|| {
+                Error::config(format!(
+                    "catalog.auth.aws_sigv4.credentials.profile {profile:?} has no \
+                     aws_access_key_id / aws_secret_access_key in the credentials or config \
+                     file (role_arn, credential_process and sso profiles are not supported: \
+                     give the role in credentials.role)"
+                ))
+            })?;
+            CredentialSource::Fixed(keys)
+        } else if let (Some(id), Some(secret)) = (&c.id, &c.secret) {
+            CredentialSource::Fixed(Credentials {
+                id: id.clone(),
+                secret: secret.clone(),
+                token: c.token.clone(),
+            })
+        } else {
+            Self::default_chain(&sts_url, http.clone()).await?
+        };
+        let Some(role_arn) = &c.role else {
+            return Ok(base);
+        };
+        let provider = Provider::AssumeRole {
+            base: std::sync::Arc::new(base),
+            role_arn: role_arn.clone(),
+            external_id: c.role_external_id.clone(),
+            session_name: env("AWS_ROLE_SESSION_NAME").unwrap_or_else(|| "floe-catalog".into()),
+            sts_url,
+            region: region.to_string(),
+        };
+        Self::temporary(provider, http).await
+    }
+
+    /// The AWS SDKs' default chain: the environment's keys, a profile's
+    /// (`AWS_PROFILE`), then web identity, the container endpoint or the instance.
+    async fn default_chain(sts_url: &str, http: reqwest::Client) -> Result<Self> {
+        if let Some(c) = from_env(|k| std::env::var(k).ok()) {
             return Ok(CredentialSource::Fixed(c));
         }
         let profile = std::env::var("AWS_PROFILE")
@@ -94,28 +168,25 @@ impl CredentialSource {
             )));
         }
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let Some(provider) = Provider::from_env(env, region) else {
+        let Some(provider) = Provider::from_env(env, sts_url) else {
             return Err(no_credentials(&profile));
         };
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| Error::config(format!("cannot build HTTP client: {e}")))?;
-        let (credentials, expiry) = match provider.fetch(&http).await {
-            Ok(c) => c,
-            Err(e) if matches!(provider, Provider::Instance { .. }) => {
-                return Err(Error::config(format!(
-                    "{}: the instance metadata service could not be reached or has no role \
-                     ({e}); set AWS_EC2_METADATA_DISABLED=true off EC2",
-                    no_credentials(&profile)
-                )));
-            }
-            Err(e) => return Err(e),
-        };
+        let instance = matches!(provider, Provider::Instance { .. });
+        match Self::temporary(provider, http).await {
+            Err(e) if instance => Err(Error::config(format!(
+                "{}: the instance metadata service could not be reached or has no role \
+                 ({e}); set AWS_EC2_METADATA_DISABLED=true off EC2",
+                no_credentials(&profile)
+            ))),
+            result => result,
+        }
+    }
+
+    /// Temporary credentials from a provider, fetched now.
+    async fn temporary(provider: Provider, http: reqwest::Client) -> Result<Self> {
+        let (credentials, expiry) = provider.fetch(&http).await?;
         Ok(CredentialSource::Temporary {
-            provider,
+            provider: Box::new(provider),
             http,
             cached: Mutex::new(Cached {
                 credentials,
@@ -182,6 +253,70 @@ fn no_credentials(profile: &str) -> Error {
     ))
 }
 
+/// STS's endpoint in a region.
+fn regional_sts(region: &str) -> String {
+    let suffix = match region.starts_with("cn-") {
+        true => "amazonaws.com.cn",
+        false => "amazonaws.com",
+    };
+    format!("https://sts.{region}.{suffix}")
+}
+
+/// The instance metadata service's address (`AWS_EC2_METADATA_SERVICE_ENDPOINT`).
+fn instance_endpoint(env: impl Fn(&str) -> Option<String>) -> String {
+    env("AWS_EC2_METADATA_SERVICE_ENDPOINT")
+        .unwrap_or_else(|| "http://169.254.169.254".into())
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// What the credential calls' TCP connections get from `aws_sigv4.tcp`: the connect
+/// timeout (floe's 2 s when `0s`: the instance metadata address must fail fast off EC2),
+/// keep-alive probes (Benthos' defaults for zero values; none for a negative idle) and
+/// the Linux TCP user timeout.
+#[derive(Debug, PartialEq)]
+struct TcpSettings {
+    connect_timeout: Duration,
+    keep_alive: Option<(Duration, Duration, u32)>,
+    user_timeout: Option<Duration>,
+}
+
+fn tcp_settings(tcp: Option<&TcpConfig>) -> TcpSettings {
+    let default = TcpConfig::default();
+    let tcp = tcp.unwrap_or(&default);
+    TcpSettings {
+        connect_timeout: match tcp.connect_timeout.is_zero() {
+            true => Duration::from_secs(2),
+            false => tcp.connect_timeout,
+        },
+        keep_alive: tcp.keep_alive.as_ref().and_then(|k| k.effective()),
+        user_timeout: (!tcp.tcp_user_timeout.is_zero()).then_some(tcp.tcp_user_timeout),
+    }
+}
+
+/// The client of the calls for credentials (STS, the container endpoint, instance
+/// metadata): no redirects, 10 s per call, and `aws_sigv4.tcp`'s settings.
+fn credentials_client(tcp: Option<&TcpConfig>) -> Result<reqwest::Client> {
+    let settings = tcp_settings(tcp);
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(settings.connect_timeout)
+        .timeout(Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some((idle, interval, count)) = settings.keep_alive {
+        builder = builder
+            .tcp_keepalive(idle)
+            .tcp_keepalive_interval(interval)
+            .tcp_keepalive_retries(count);
+    }
+    #[cfg(target_os = "linux")]
+    if let Some(timeout) = settings.user_timeout {
+        builder = builder.tcp_user_timeout(timeout);
+    }
+    builder
+        .build()
+        .map_err(|e| Error::config(format!("cannot build HTTP client: {e}")))
+}
+
 /// A profile's static keys from the shared credentials file, else from the config file
 /// (whose sections are `[profile name]`, but `[default]`).
 fn shared_file_credentials(profile: &str) -> Option<Credentials> {
@@ -224,23 +359,18 @@ fn refresh_at(expiry: Option<SystemTime>, now: SystemTime) -> SystemTime {
 }
 
 impl Provider {
-    /// The provider the environment names, in the chain's order (web identity, container,
-    /// instance); `None` when instance metadata is disabled and nothing else is set.
-    fn from_env(env: impl Fn(&str) -> Option<String>, region: &str) -> Option<Provider> {
+    /// The provider the environment names, in the chain's order (web identity, through
+    /// STS at `sts_url`; container; instance); `None` when instance metadata is disabled
+    /// and nothing else is set.
+    fn from_env(env: impl Fn(&str) -> Option<String>, sts_url: &str) -> Option<Provider> {
         if let (Some(token_file), Some(role_arn)) =
             (env("AWS_WEB_IDENTITY_TOKEN_FILE"), env("AWS_ROLE_ARN"))
         {
-            let suffix = match region.starts_with("cn-") {
-                true => "amazonaws.com.cn",
-                false => "amazonaws.com",
-            };
-            let sts_url = env("AWS_ENDPOINT_URL_STS")
-                .unwrap_or_else(|| format!("https://sts.{region}.{suffix}"));
             return Some(Provider::WebIdentity {
                 token_file,
                 role_arn,
                 session_name: env("AWS_ROLE_SESSION_NAME").unwrap_or_else(|| "floe-catalog".into()),
-                sts_url,
+                sts_url: sts_url.to_string(),
             });
         }
         // The file wins, as in the SDKs (EKS Pod Identity rotates it).
@@ -261,16 +391,53 @@ impl Provider {
         if env("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
             return None;
         }
-        let endpoint = env("AWS_EC2_METADATA_SERVICE_ENDPOINT")
-            .unwrap_or_else(|| "http://169.254.169.254".into());
         Some(Provider::Instance {
-            endpoint: endpoint.trim_end_matches('/').to_string(),
+            endpoint: instance_endpoint(env),
         })
     }
 
-    /// Fetches credentials and their expiry.
-    async fn fetch(&self, http: &reqwest::Client) -> Result<(Credentials, Option<SystemTime>)> {
+    /// Fetches credentials and their expiry. Boxed: a role's fetch asks its base
+    /// credentials, which may themselves be fetched ([`CredentialSource::current`]).
+    fn fetch<'a>(&'a self, http: &'a reqwest::Client) -> FetchFuture<'a> {
+        Box::pin(self.fetch_now(http))
+    }
+
+    async fn fetch_now(&self, http: &reqwest::Client) -> Result<(Credentials, Option<SystemTime>)> {
         match self {
+            Provider::AssumeRole {
+                base,
+                role_arn,
+                external_id,
+                session_name,
+                sts_url,
+                region,
+            } => {
+                // The base may itself be temporary (a web identity, the instance).
+                let credentials = base.current().await?;
+                let mut form = vec![
+                    ("Action", "AssumeRole"),
+                    ("Version", "2011-06-15"),
+                    ("RoleArn", role_arn.as_str()),
+                    ("RoleSessionName", session_name.as_str()),
+                ];
+                if let Some(id) = external_id {
+                    form.push(("ExternalId", id.as_str()));
+                }
+                let what = "STS AssumeRole";
+                let mut request = http
+                    .post(sts_url)
+                    .form(&form)
+                    .build()
+                    .map_err(|e| unreachable(what, e))?;
+                Signer {
+                    region: region.clone(),
+                    service: "sts".into(),
+                    credentials,
+                }
+                .sign(&mut request, SystemTime::now())?;
+                let body = respond(http.execute(request).await, what).await?;
+                sts_credentials(&body)
+            }
             Provider::WebIdentity {
                 token_file,
                 role_arn,
@@ -350,7 +517,12 @@ impl Provider {
 /// The body of a successful answer; failures say what was asked (never the body of a
 /// credentials answer).
 async fn answer(request: reqwest::RequestBuilder, what: &str) -> Result<String> {
-    let response = request.send().await.map_err(|e| unreachable(what, e))?;
+    respond(request.send().await, what).await
+}
+
+/// [`answer`] of a request already sent.
+async fn respond(sent: reqwest::Result<reqwest::Response>, what: &str) -> Result<String> {
+    let response = sent.map_err(|e| unreachable(what, e))?;
     let status = response.status();
     if !status.is_success() {
         // STS says why in an XML <Code> (no secret in it); throttling comes as 400 too,
@@ -482,14 +654,14 @@ mod tests {
                 ("AWS_ROLE_ARN", "arn:aws:iam::1:role/r"),
                 ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/creds"),
             ]),
-            "eu-west-1",
+            &regional_sts("eu-west-1"),
         );
         assert!(
             matches!(web, Some(Provider::WebIdentity { ref sts_url, .. }) if sts_url == "https://sts.eu-west-1.amazonaws.com")
         );
         let ecs = Provider::from_env(
             env(&[("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/c")]),
-            "x",
+            "sts",
         );
         assert!(
             matches!(ecs, Some(Provider::Container { ref url, authorization: None }) if url == "http://169.254.170.2/v2/c")
@@ -502,7 +674,7 @@ mod tests {
                 ),
                 ("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "/var/run/token"),
             ]),
-            "x",
+            "sts",
         );
         assert!(matches!(
             pod,
@@ -511,17 +683,14 @@ mod tests {
                 ..
             })
         ));
-        let imds = Provider::from_env(env(&[]), "x");
+        let imds = Provider::from_env(env(&[]), "sts");
         assert!(
             matches!(imds, Some(Provider::Instance { ref endpoint }) if endpoint == "http://169.254.169.254")
         );
-        assert!(Provider::from_env(env(&[("AWS_EC2_METADATA_DISABLED", "true")]), "x").is_none());
-        let china = Provider::from_env(
-            env(&[("AWS_WEB_IDENTITY_TOKEN_FILE", "/t"), ("AWS_ROLE_ARN", "r")]),
-            "cn-north-1",
-        );
-        assert!(
-            matches!(china, Some(Provider::WebIdentity { ref sts_url, .. }) if sts_url == "https://sts.cn-north-1.amazonaws.com.cn")
+        assert!(Provider::from_env(env(&[("AWS_EC2_METADATA_DISABLED", "true")]), "sts").is_none());
+        assert_eq!(
+            regional_sts("cn-north-1"),
+            "https://sts.cn-north-1.amazonaws.com.cn"
         );
         // A plain-http full URI elsewhere never gets the token.
         assert!(container_uri_allowed("http://127.0.0.1:8080/creds"));
@@ -548,6 +717,45 @@ mod tests {
         assert_eq!((c.id.as_str(), c.secret.as_str()), ("ASIA2", "s2"));
         assert!(at.is_some());
         assert!(json_credentials(r#"{"Code": "Failure"}"#).is_err());
+    }
+
+    #[test]
+    fn tcp_settings_take_benthos_defaults_for_zero_values() {
+        let parse = |json: &str| serde_json::from_str::<TcpConfig>(json).unwrap();
+        assert_eq!(
+            tcp_settings(None),
+            TcpSettings {
+                connect_timeout: Duration::from_secs(2),
+                keep_alive: None,
+                user_timeout: None
+            }
+        );
+        let rpcn_defaults = parse(
+            r#"{"connect_timeout": "0s", "keep_alive": {"idle": "15s", "interval": "15s", "count": 9}, "tcp_user_timeout": "0s"}"#,
+        );
+        let fifteen = Duration::from_secs(15);
+        assert_eq!(
+            tcp_settings(Some(&rpcn_defaults)),
+            TcpSettings {
+                connect_timeout: Duration::from_secs(2),
+                keep_alive: Some((fifteen, fifteen, 9)),
+                user_timeout: None
+            }
+        );
+        let set = parse(
+            r#"{"connect_timeout": "300ms", "keep_alive": {"idle": "0s", "interval": "5s", "count": 0}, "tcp_user_timeout": "10s"}"#,
+        );
+        assert_eq!(
+            tcp_settings(Some(&set)),
+            TcpSettings {
+                connect_timeout: Duration::from_millis(300),
+                keep_alive: Some((fifteen, Duration::from_secs(5), 9)),
+                user_timeout: Some(Duration::from_secs(10))
+            }
+        );
+        let off = parse(r#"{"keep_alive": {"idle": "-1s"}}"#);
+        assert_eq!(tcp_settings(Some(&off)).keep_alive, None);
+        assert!(credentials_client(Some(&set)).is_ok());
     }
 
     #[test]

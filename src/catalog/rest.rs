@@ -19,7 +19,7 @@ use tokio::sync::Mutex;
 
 use super::answer::{AnswerHead, apply_updates, refs_after};
 use super::aws_chain::CredentialSource;
-use super::sigv4::{Credentials, Signer};
+use super::sigv4::Signer;
 use super::{Catalog, LoadedTable, NewTable};
 use crate::config::{CatalogConfig, OAuth2Config, SigV4Config, redact_user_info};
 use crate::error::{Error, ErrorKind, Result};
@@ -453,12 +453,7 @@ async fn sigv4_auth(config: &SigV4Config) -> Result<Auth> {
                 "catalog.auth.aws_sigv4: region is required (or AWS_REGION / AWS_DEFAULT_REGION)",
             )
         })?;
-    let configured = config.credentials.as_ref().map(|c| Credentials {
-        id: c.id.clone(),
-        secret: c.secret.clone(),
-        token: c.token.clone(),
-    });
-    let credentials = CredentialSource::resolve(configured, &region).await?;
+    let credentials = CredentialSource::resolve(config, &region).await?;
     Ok(Auth::SigV4 {
         region,
         service: config.service.clone(),
