@@ -32,6 +32,8 @@ func main() {
 	opts := append(hook.CLIOpts(),
 		service.CLIOptSetProductName("floe"),
 		service.CLIOptSetBinaryName("floe"),
+		// Benthos fixes the --help tagline; the link after it is floe's docs.
+		service.CLIOptSetDocumentationURL("https://github.com/floe-dev/floe/tree/main/docs"),
 		service.CLIOptSetVersion(versionText(), buildDate()),
 		service.CLIOptAddCommand(docsCommand()),
 	)
