@@ -170,7 +170,7 @@ def test_the_output_serves_per_table_metrics_and_logs_progress(tmp_path):
     lines = (tmp_path / "floe.log").read_text()
     progress = [line for line in lines.splitlines() if "rows committed in the last 1s" in line]
     assert progress, lines[-3000:]
-    assert re.search(r"\d+ rows committed in the last 1s \(\d+ rows/s\), \d+ snapshots", progress[0]), progress[0]
+    assert re.search(r"\d+ rows committed in the last 1s \(\d+ rows/s\), \d+ snapshots, \d+ messages failed, \d+ waiting to be retried, \d+ calls in flight", progress[0]), progress[0]
 
 
 def test_conflicts_are_counted_and_the_counters_agree_with_the_table(tmp_path):

@@ -56,7 +56,9 @@ type metrics struct {
 
 	// For the progress line: totals since start, and at the last line.
 	rows, commits, failed atomic.Int64
-	drainMu               sync.Mutex
+	// Write calls handed over and not answered yet: a stalled commit is not idleness.
+	inFlight atomic.Int64
+	drainMu  sync.Mutex
 }
 
 func newMetrics(m *service.Metrics) *metrics {
@@ -288,11 +290,12 @@ func (o *output) progress(interval time.Duration, done <-chan struct{}) {
 		o.mu.RUnlock()
 		rows, commits, failed := o.metrics.rows.Load(), o.metrics.commits.Load(), o.metrics.failed.Load()
 		waiting := o.pending.messages()
-		if rows == lastRows && commits == lastCommits && failed == lastFailed && waiting == 0 {
+		calls := o.metrics.inFlight.Load()
+		if rows == lastRows && commits == lastCommits && failed == lastFailed && waiting == 0 && calls == 0 {
 			continue
 		}
-		o.log.Infof("iceberg output: %d rows committed in the last %s (%.0f rows/s), %d snapshots, %d messages failed, %d waiting to be retried; %d rows since start",
-			rows-lastRows, interval, float64(rows-lastRows)/interval.Seconds(), commits-lastCommits, failed-lastFailed, waiting, rows)
+		o.log.Infof("iceberg output: %d rows committed in the last %s (%.0f rows/s), %d snapshots, %d messages failed, %d waiting to be retried, %d calls in flight; %d rows since start",
+			rows-lastRows, interval, float64(rows-lastRows)/interval.Seconds(), commits-lastCommits, failed-lastFailed, waiting, calls, rows)
 		lastRows, lastCommits, lastFailed = rows, commits, failed
 	}
 }

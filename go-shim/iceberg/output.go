@@ -551,6 +551,8 @@ func (o *output) positions(batch service.MessageBatch, failures []error) ([]stri
 }
 
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+	o.metrics.inFlight.Add(1)
+	defer o.metrics.inFlight.Add(-1)
 	err := o.writeBatch(ctx, batch)
 	o.finished(batch, err, ctx.Err() != nil)
 	o.metrics.failedWhole(o.staticTable(), len(batch), err, ctx.Err() != nil)
