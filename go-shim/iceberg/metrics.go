@@ -181,22 +181,31 @@ func (m *metrics) call(took time.Duration, err error) {
 	m.writeLatency.Timing(took.Nanoseconds(), outcome)
 }
 
-// committed counts a call's committed messages by table and operation.
-func (m *metrics) committed(tables []string, ops []string, failures []error) {
-	type key struct{ table, op string }
+// committed counts a call's committed messages by table and operation: by the batch's
+// per-message tables, or `static` (the config's table) when it has none. A table's
+// label text is made once per call, not once per message.
+func (m *metrics) committed(b floe.Batch, static string, failures []error) {
+	type key struct{ ns, table, op string }
 	counts := map[key]int64{}
 	for i, err := range failures {
 		if err != nil {
 			continue
 		}
-		op := "insert"
-		if ops != nil && ops[i] != "" {
-			op = ops[i]
+		k := key{op: "insert"}
+		if b.Operations != nil && b.Operations[i] != "" {
+			k.op = b.Operations[i]
 		}
-		counts[key{tables[i], op}]++
+		if b.Tables != nil {
+			k.ns, k.table = b.Namespaces[i], b.Tables[i]
+		}
+		counts[k]++
 	}
 	for k, n := range counts {
-		m.rowOps.Incr(n, m.table(k.table), k.op)
+		name := static
+		if b.Tables != nil {
+			name = k.ns + "." + k.table
+		}
+		m.rowOps.Incr(n, m.table(name), k.op)
 		m.rows.Add(n)
 	}
 }

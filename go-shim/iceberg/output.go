@@ -186,6 +186,8 @@ type output struct {
 	log           *service.Logger
 
 	metrics *metrics
+	// The config's table as `namespace.table` when neither is interpolated, else "".
+	fixedTable string
 
 	mu     sync.RWMutex
 	writer *floe.Writer
@@ -402,7 +404,8 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 		log:           mgr.Logger(),
 		metrics:       newMetrics(mgr.Metrics()),
 	}
-	o.metrics.zeroes(o.staticTable())
+	o.fixedTable = o.staticTable()
+	o.metrics.zeroes(o.fixedTable)
 	o.done = make(chan struct{})
 	if progress > 0 {
 		go o.progress(progress, o.done)
@@ -495,19 +498,6 @@ func (o *output) staticTable() string {
 	return ns + "." + tbl
 }
 
-// tablesOf is each message's table as `namespace.table`, for metrics' table label.
-func (o *output) tablesOf(b floe.Batch) []string {
-	out := make([]string, len(b.Messages))
-	for i := range out {
-		if b.Tables == nil {
-			out[i] = o.staticTable()
-		} else {
-			out[i] = b.Namespaces[i] + "." + b.Tables[i]
-		}
-	}
-	return out
-}
-
 // messageTable is one message's table as `namespace.table` ("" when its interpolation
 // fails), for the table label of its failure.
 func (o *output) messageTable(m *service.Message) string {
@@ -555,7 +545,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	defer o.metrics.inFlight.Add(-1)
 	err := o.writeBatch(ctx, batch)
 	o.finished(batch, err, ctx.Err() != nil)
-	o.metrics.failedWhole(o.staticTable(), len(batch), err, ctx.Err() != nil)
+	o.metrics.failedWhole(o.fixedTable, len(batch), err, ctx.Err() != nil)
 	return err
 }
 
@@ -647,7 +637,7 @@ func (o *output) write(ctx context.Context, w *floe.Writer, b floe.Batch) ([]err
 	if err != nil {
 		return nil, err
 	}
-	o.metrics.committed(o.tablesOf(b), b.Operations, failures)
+	o.metrics.committed(b, o.fixedTable, failures)
 	o.outage.succeeded(o.log)
 	return failures, nil
 }
