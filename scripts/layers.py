@@ -50,7 +50,7 @@ def files():
 
 
 def module_of(rel):
-    """src-relative file → its module path, e.g. commit/committer/stage.rs → commit::committer::stage."""
+    """src-relative file → its module path, e.g. commit/committer/encode.rs → commit::committer::encode."""
     parts = rel[:-3].split(os.sep)
     if parts[-1] in ("mod", "lib"):
         parts = parts[:-1]

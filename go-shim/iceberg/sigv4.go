@@ -6,7 +6,7 @@ import (
 
 // sigv4Spec is `catalog.auth.aws_sigv4`: Redpanda Connect's fields (its AWS session's:
 // region, endpoint, tcp, credentials, plus service), each acting as there. libfloe reads
-// them (src/config.rs, src/catalog/aws_chain.rs).
+// them (src/config/, src/catalog/aws_chain/).
 func sigv4Spec() *service.ConfigField {
 	return service.NewObjectField("aws_sigv4",
 		service.NewStringField("region").Optional().Description("Region in the signature's scope; `AWS_REGION` when absent."),

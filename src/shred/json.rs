@@ -4,7 +4,7 @@
 //! parsed from it and integers must never pass through `f64`), it needs to stop at a
 //! configurable depth instead of recursing until the stack overflows, and it must write
 //! straight into column buffers without building an intermediate value tree. The reader
-//! therefore only tokenises; the decoders in `column.rs` decide what each token means for
+//! therefore only tokenises; the decoders in `column` decide what each token means for
 //! the column it lands in.
 //!
 //! The input is validated as UTF-8 once, before parsing, so string slices taken from it

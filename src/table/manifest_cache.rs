@@ -83,7 +83,7 @@ struct Cached {
 }
 
 impl ManifestCache {
-    /// The Avro headers of the manifests this writer writes (see manifest_writer.rs).
+    /// The Avro headers of the manifests this writer writes (see `manifest_writer`).
     pub fn headers(&self) -> &ManifestHeaders {
         &self.headers
     }
