@@ -58,8 +58,7 @@ mod tests {
     #[tokio::test]
     async fn deletes_remove_older_rows_but_never_the_snapshots_own() {
         let mut t = MemoryTable::new();
-        let files = t.data_files(&[(1, "a"), (2, "b")]).await;
-        t.apply(t.changes(files, Vec::new(), None)).await;
+        t.insert(&[(1, "a"), (2, "b")]).await;
         // An upsert of 1: the new row and a delete of key 1, in one snapshot.
         let (files, deletes) = (
             t.data_files(&[(1, "c")]).await,
@@ -81,8 +80,7 @@ mod tests {
     #[tokio::test]
     async fn deletes_alone_make_a_delete_snapshot() {
         let mut t = MemoryTable::new();
-        let files = t.data_files(&[(1, "a"), (2, "b")]).await;
-        t.apply(t.changes(files, Vec::new(), None)).await;
+        t.insert(&[(1, "a"), (2, "b")]).await;
         let deletes = t.equality_deletes(&[2, 3]).await;
         let prepared = t
             .prepare(&t.changes(Vec::new(), deletes, None))

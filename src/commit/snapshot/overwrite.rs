@@ -23,10 +23,8 @@ mod tests {
     #[tokio::test]
     async fn files_with_touched_keys_are_rewritten_without_them() {
         let mut t = MemoryTable::new();
-        let touched = t.data_files(&[(1, "a"), (2, "b"), (3, "c")]).await;
-        t.apply(t.changes(touched, Vec::new(), None)).await;
-        let untouched = t.data_files(&[(4, "d")]).await;
-        t.apply(t.changes(untouched, Vec::new(), None)).await;
+        t.insert(&[(1, "a"), (2, "b"), (3, "c")]).await;
+        t.insert(&[(4, "d")]).await;
         // Upsert 2 and delete 3.
         let files = t.data_files(&[(2, "B")]).await;
         let remove = t.remove(&[2, 3], Removal::Rewrite);
@@ -49,8 +47,7 @@ mod tests {
     #[tokio::test]
     async fn keys_not_in_the_table_rewrite_nothing() {
         let mut t = MemoryTable::new();
-        let files = t.data_files(&[(1, "a")]).await;
-        t.apply(t.changes(files, Vec::new(), None)).await;
+        t.insert(&[(1, "a")]).await;
         let files = t.data_files(&[(5, "e")]).await;
         let remove = t.remove(&[5], Removal::Rewrite);
         let prepared = t

@@ -24,8 +24,7 @@ mod tests {
     #[tokio::test]
     async fn touched_rows_are_deleted_by_position() {
         let mut t = MemoryTable::new();
-        let files = t.data_files(&[(1, "a"), (2, "b"), (3, "c")]).await;
-        t.apply(t.changes(files, Vec::new(), None)).await;
+        t.insert(&[(1, "a"), (2, "b"), (3, "c")]).await;
         // Upsert 2 and 7 (new), delete 3.
         let files = t.data_files(&[(2, "B"), (7, "g")]).await;
         let remove = t.remove(&[2, 3, 7], Removal::PositionDeletes);
@@ -47,8 +46,7 @@ mod tests {
     #[tokio::test]
     async fn deleting_rows_alone_makes_a_delete_snapshot() {
         let mut t = MemoryTable::new();
-        let files = t.data_files(&[(1, "a"), (2, "b")]).await;
-        t.apply(t.changes(files, Vec::new(), None)).await;
+        t.insert(&[(1, "a"), (2, "b")]).await;
         let remove = t.remove(&[1], Removal::PositionDeletes);
         let prepared = t
             .prepare(&t.changes(Vec::new(), Vec::new(), Some(remove)))

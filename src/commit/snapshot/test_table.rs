@@ -168,6 +168,12 @@ impl MemoryTable {
         self.commit(prepared);
     }
 
+    /// Commits an append of `rows`.
+    pub(super) async fn insert(&mut self, rows: &[(i64, &str)]) {
+        let files = self.data_files(rows).await;
+        self.apply(self.changes(files, Vec::new(), None)).await;
+    }
+
     /// The head's live entries: (content, file, data sequence number).
     async fn live_files(&self) -> Vec<(DataContentType, DataFile, i64)> {
         let metadata = &self.table.metadata;

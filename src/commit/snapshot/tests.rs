@@ -89,8 +89,7 @@ async fn a_rebase_reuses_the_new_files_manifests() {
     let upsert = t.changes(files, deletes, None);
     let refused = t.prepare(&upsert).await.unwrap();
     // Another writer commits first.
-    let theirs = t.data_files(&[(1, "a"), (2, "x")]).await;
-    t.apply(t.changes(theirs, Vec::new(), None)).await;
+    t.insert(&[(1, "a"), (2, "x")]).await;
     let cache = Cached {
         list: None,
         manifests: &t.cache,
