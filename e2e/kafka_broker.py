@@ -70,6 +70,15 @@ def kafka_lib() -> str:
     return lib
 
 
+def cluster_id() -> str:
+    """A random cluster id as Kafka makes them: base64 of a UUID, never starting with "-",
+    which the storage tool takes for an option and fails on (one start in 64)."""
+    while True:
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster.startswith("-"):
+            return cluster
+
+
 def java_cmd(lib: str, main: str, *args, heap="-Xmx512m") -> list:
     return ["java", heap, "-XX:+UseSerialGC", "-Djava.awt.headless=true",
             "-cp", os.path.join(lib, "*"), main, *args]
@@ -111,7 +120,7 @@ class KafkaBroker:
             f.write(self._properties())
         with open(os.path.join(self.dir, "log4j2.yaml"), "w") as f:
             f.write(LOG4J2)
-        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster = cluster_id()
         scram = [a for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")
                  for a in ("--add-scram", f"{m}=[name={SASL_USER},password={SASL_PASSWORD}]")]
         fmt = subprocess.run(java_cmd(lib, "kafka.tools.StorageTool", "format", "--standalone",
