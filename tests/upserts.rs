@@ -1063,6 +1063,34 @@ fn uuid_keys_are_refused_clearly() {
     assert!(e.to_string().contains("\"u\" is a uuid"), "{e}");
 }
 
+/// Iceberg's Java reader keeps rows that equality deletes on a fixed column remove (DuckDB
+/// and iceberg-rust do not): merge-on-read refuses fixed keys, as it does uuid keys.
+#[test]
+fn fixed_keys_are_refused_for_merge_on_read() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = json!({
+        "catalog": {"warehouse": dir.path().join("wh").to_str().unwrap()},
+        "namespace": "up", "table": "t",
+        "identifier_fields": ["id", "f"],
+        "merge_strategy": "merge-on-read",
+        "schema_evolution": {"enabled": true, "schema": {"type": "struct", "schema-id": 0,
+            "fields": [{"id": 1, "name": "id", "required": true, "type": "long"},
+                       {"id": 2, "name": "f", "required": true, "type": "fixed[3]"}]}},
+    });
+    let writer = rt
+        .block_on(Writer::open(Config::from_json(&cfg.to_string()).unwrap()))
+        .unwrap();
+    let m = [Message {
+        operation: Some("upsert"),
+        ..Message::insert(br#"{"id":1,"f":"YWJj"}"#)
+    }];
+    let e = rt.block_on(writer.write_batch(&m)).unwrap_err();
+    assert_eq!(e.kind(), floe::ErrorKind::Config, "{e}");
+    assert!(e.to_string().contains("\"f\" is a fixed"), "{e}");
+    assert!(e.to_string().contains("copy-on-write"), "{e}");
+}
+
 /// A copy-on-write commit whose first attempt planned on a stale head (another writer
 /// added a row with the key since) must plan again: the other writer's row goes too.
 #[test]

@@ -187,6 +187,23 @@ pub(super) fn check_merge_on_read(metadata: &TableMetadata, keys: &KeyColumns) -
     )
 }
 
+/// Why equality deletes on a key column of type `ty` would be misread, if they would: a
+/// reader that keeps rows a delete removed returns superseded values without an error.
+fn unreadable_equality_key(ty: &iceberg::spec::Type) -> Option<&'static str> {
+    use iceberg::spec::{PrimitiveType, Type};
+    match ty {
+        Type::Primitive(PrimitiveType::Uuid) => Some(
+            "a uuid: equality deletes on uuid columns are not applied correctly by DuckDB \
+             1.5.5 and iceberg-rust 0.10.1",
+        ),
+        Type::Primitive(PrimitiveType::Fixed(_)) => Some(
+            "a fixed: Apache Iceberg's Java reader (1.10.1) keeps rows that equality deletes \
+             on fixed columns remove",
+        ),
+        _ => None,
+    }
+}
+
 /// Merge-on-read's constraints on a key and the `partition` fields (name, source
 /// column id) of a table's spec; also checked before floe creates a table, so that it
 /// never creates one it then refuses.
@@ -195,19 +212,18 @@ pub fn check_merge_on_read_keys<'a>(
     partition: impl IntoIterator<Item = (&'a str, i32)>,
     keys: &KeyColumns,
 ) -> Result<()> {
-    if let Some(name) = keys
+    if let Some((name, problem)) = keys
         .field_ids
         .iter()
         .zip(&keys.names)
         .find_map(|(&id, name)| {
-            let uuid = iceberg::spec::Type::Primitive(iceberg::spec::PrimitiveType::Uuid);
-            (schema.field_by_id(id).map(|f| f.field_type.as_ref()) == Some(&uuid)).then_some(name)
+            let field = schema.field_by_id(id)?;
+            unreadable_equality_key(field.field_type.as_ref()).map(|p| (name, p))
         })
     {
         return Err(Error::config(format!(
-            "identifier field {name:?} is a uuid: equality deletes on uuid columns are not \
-             applied correctly by the readers floe is tested with (DuckDB 1.5.5 and \
-             iceberg-rust 0.10.1 both fail), so merge-on-read refuses uuid keys"
+            "identifier field {name:?} is {problem}, so merge-on-read refuses such keys \
+             (copy-on-write and merge-on-read-positional write no equality deletes)"
         )));
     }
     if let Some((field, _)) = partition
