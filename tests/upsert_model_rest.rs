@@ -20,7 +20,9 @@ use std::sync::Arc;
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
-use support::{Rng, merge, read_back, runtime, services, write_ordered_call};
+use support::{
+    Rng, merge, read_back, runtime, services, write_calls_in_arrival_order, write_ordered_call,
+};
 
 /// (tenant, id) → the `v` of each of its rows (several only after inserts of a live key).
 type Model = BTreeMap<(String, i64), Vec<String>>;
@@ -201,17 +203,7 @@ fn run_seed(seed: u64, strategy: &str) -> Result<(), String> {
         for (call, ops) in calls.iter().enumerate() {
             history.extend(ops.iter().map(|o| (round, call, o.clone())));
         }
-        // Tickets in arrival order, then all calls at once.
-        let tasks: Vec<_> = calls
-            .into_iter()
-            .map(|ops| {
-                let ticket = writer.arrive();
-                rt.spawn(write_call(writer.clone(), ticket, ops))
-            })
-            .collect();
-        for task in tasks {
-            rt.block_on(task).unwrap()?;
-        }
+        write_calls_in_arrival_order(&rt, &writer, calls, write_call)?;
         let java = round % 2 == 1 || round + 1 == ROUNDS;
         let want = expected(&model);
         for (reader, got) in read_table(&writer, &table, strategy, java) {

@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
-use support::{Rng, read_back, runtime, scan_columns, write_ordered_call};
+use support::{
+    Rng, read_back, runtime, scan_columns, write_calls_in_arrival_order, write_ordered_call,
+};
 
 /// Key → the `v` of each of its rows (several only after inserts of a live key).
 type Model = BTreeMap<i64, Vec<String>>;
@@ -178,17 +180,7 @@ fn run_seed(seed: u64, strategy: &str) -> Result<(), String> {
                     .map(|op| (round, call, op.clone())),
             );
         }
-        // Tickets in arrival order, then all calls at once.
-        let tasks: Vec<_> = calls
-            .into_iter()
-            .map(|ops| {
-                let ticket = writer.arrive();
-                rt.spawn(write_call(writer.clone(), ticket, ops))
-            })
-            .collect();
-        for task in tasks {
-            rt.block_on(task).unwrap()?;
-        }
+        write_calls_in_arrival_order(&rt, &writer, calls, write_call)?;
         let got = rows_of(scan_columns(&rt, &writer, &config, &["id", "v"]));
         let want = expected(&model);
         if got != want {

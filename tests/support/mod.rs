@@ -436,6 +436,32 @@ pub fn scan_columns(
     rows
 }
 
+/// Runs `calls` at once on `rt`, each under a ticket taken in the order given (the
+/// order they arrive), through `write` (the call's ticket and messages → its outcome);
+/// the first call's error, once every call is over.
+#[allow(dead_code)]
+pub fn write_calls_in_arrival_order<T, F, Fut>(
+    rt: &tokio::runtime::Runtime,
+    writer: &std::sync::Arc<floe::writer::Writer>,
+    calls: Vec<T>,
+    write: F,
+) -> Result<(), String>
+where
+    F: Fn(std::sync::Arc<floe::writer::Writer>, u64, T) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
+    let tasks: Vec<_> = calls
+        .into_iter()
+        .map(|call| {
+            let ticket = writer.arrive();
+            rt.spawn(write(writer.clone(), ticket, call))
+        })
+        .collect();
+    let outcomes: Vec<Result<(), String>> =
+        tasks.into_iter().map(|t| rt.block_on(t).unwrap()).collect();
+    outcomes.into_iter().collect()
+}
+
 /// Writes one ordered call (`ticket`, from `Writer::arrive`) as the Go shim does: the
 /// messages that failed not at their own fault are sent again under the same ticket
 /// (`on_retry` sees each attempt's failures first) until all are written or acknowledged;
