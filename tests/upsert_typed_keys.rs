@@ -3,7 +3,8 @@
 //! without fractional seconds; `1.5` and `1.50`): a seeded random stream of inserts,
 //! upserts and deletes, checked after every batch against an in-memory model by DuckDB
 //! (which applies equality deletes) and, for the strategies without them, pyiceberg, for
-//! each strategy and several seeds (`FLOE_MODEL_SEEDS`, default 3). A spelling that made
+//! each strategy and several seeds (`FLOE_MODEL_SEEDS`, default 3) on the embedded
+//! catalog, and a third as many on the REST fixture and SeaweedFS. A spelling that made
 //! two keys of one value would leave a superseded row behind, or a deleted one.
 //! A failure prints its seed, strategy and batch, and the shortest prefix of that
 //! batch's operations on the key that went wrong.
@@ -15,7 +16,7 @@ use std::collections::BTreeMap;
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
-use support::{Rng, merge, read_back, runtime};
+use support::{Rng, merge, read_back, runtime, services};
 
 /// Instants of the key, each with spellings of the same moment.
 const INSTANTS: [(i64, [&str; 3]); 3] = [
@@ -194,15 +195,70 @@ fn ops_on(ops: &[Op], key: (usize, i64, &'static str)) -> Vec<String> {
         .collect()
 }
 
+/// Where a run writes: the embedded catalog in a folder, or the REST fixture on
+/// SeaweedFS; and how DuckDB and pyiceberg reach the table there.
+enum Backend {
+    Embedded(std::path::PathBuf),
+    Rest,
+}
+
+impl Backend {
+    fn config(&self) -> Value {
+        match self {
+            Backend::Embedded(wh) => json!({"catalog": {"warehouse": wh.to_str().unwrap()}}),
+            Backend::Rest => services().floe_config(),
+        }
+    }
+
+    /// DuckDB's reader and its args for the table at `metadata`.
+    fn duckdb(&self, metadata: String, sql: &str) -> (&'static str, Value) {
+        match self {
+            Backend::Embedded(_) => ("duckdb-file", json!({"metadata": metadata, "sql": sql})),
+            Backend::Rest => (
+                "duckdb-s3",
+                json!({"metadata": metadata, "s3": services().duckdb_s3(), "sql": sql}),
+            ),
+        }
+    }
+
+    fn pyiceberg(&self, table: &str) -> (&'static str, Value) {
+        match self {
+            Backend::Embedded(wh) => (
+                "pyiceberg-sql",
+                json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
+                       "warehouse": format!("file://{}", wh.display()), "table": format!("typed.{table}")}),
+            ),
+            Backend::Rest => (
+                "pyiceberg-rest",
+                services().pyiceberg_args(&format!("typed.{table}")),
+            ),
+        }
+    }
+}
+
 fn run(seed: u64, strategy: &str) {
-    let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let wh = dir.path().join("wh");
-    let mut cfg = json!({"catalog": {"warehouse": wh.to_str().unwrap()}});
+    run_on(
+        Backend::Embedded(dir.path().join("wh")),
+        "t",
+        seed,
+        strategy,
+    );
+}
+
+/// The same on the REST fixture and SeaweedFS, a table per seed and strategy.
+fn run_rest(seed: u64, strategy: &str) {
+    let table = format!("t_{}_{seed:x}", strategy.replace('-', "_"));
+    run_on(Backend::Rest, &table, seed, strategy);
+}
+
+fn run_on(backend: Backend, table: &str, seed: u64, strategy: &str) {
+    let rt = runtime();
+    let mut cfg = backend.config();
     merge(
         &mut cfg,
         json!({
-            "namespace": "typed", "table": "t",
+            "namespace": "typed", "table": table,
             "identifier_fields": ["ts", "amount", "code"],
             "merge_strategy": strategy,
             "schema_evolution": {"enabled": true, "schema": {"type": "struct", "schema-id": 0, "fields": [
@@ -216,8 +272,7 @@ fn run(seed: u64, strategy: &str) {
     let writer = rt
         .block_on(Writer::open(Config::from_json(&cfg.to_string()).unwrap()))
         .unwrap();
-    let pyiceberg = json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
-                           "warehouse": format!("file://{}", wh.display()), "table": "typed.t"});
+    let pyiceberg = backend.pyiceberg(table);
     let mut rng = Rng(seed);
     let mut model = Model::new();
     // Operations that meet their key spelled otherwise than when it was last written:
@@ -247,22 +302,21 @@ fn run(seed: u64, strategy: &str) {
             failed.is_empty(),
             "seed {seed:#x} {strategy} batch {batch}: {failed:?}"
         );
-        let ident = floe::catalog::table_ident("typed", "t").unwrap();
-        let table = rt
+        let ident = floe::catalog::table_ident("typed", table).unwrap();
+        let loaded = rt
             .block_on(writer.catalog().load_table(&ident))
             .unwrap()
             .unwrap();
-        let duck = read_back(
-            "duckdb-file",
-            json!({"metadata": table.metadata_location.unwrap(),
-                   "sql": "SELECT epoch_us(ts) AS ts_us, CAST(amount AS VARCHAR) AS amount, code, v FROM $T"}),
-        );
+        let sql =
+            "SELECT epoch_us(ts) AS ts_us, CAST(amount AS VARCHAR) AS amount, code, v FROM $T";
+        let (reader, args) = backend.duckdb(loaded.metadata_location.unwrap(), sql);
+        let duck = read_back(reader, args);
         let want = expected(&model);
         let mut readers = vec![("DuckDB", rows_of_duckdb(&duck))];
         if strategy != "merge-on-read" {
             readers.push((
                 "pyiceberg",
-                pyiceberg_rows(&read_back("pyiceberg-sql", pyiceberg.clone())),
+                pyiceberg_rows(&read_back(pyiceberg.0, pyiceberg.1.clone())),
             ));
         }
         for (reader, got) in readers {
@@ -350,6 +404,17 @@ fn typed_keys_equal_the_model_copy_on_write() {
 fn typed_keys_equal_the_model_positional() {
     for seed in seeds() {
         run(seed, "merge-on-read-positional");
+    }
+}
+
+/// A third of the seeds (at least one) of each strategy on the REST fixture and SeaweedFS.
+#[test]
+fn typed_keys_equal_the_model_on_rest_and_s3() {
+    let seeds = seeds();
+    for strategy in ["merge-on-read", "copy-on-write", "merge-on-read-positional"] {
+        for &seed in seeds.iter().take(seeds.len().div_ceil(3)) {
+            run_rest(seed, strategy);
+        }
     }
 }
 
