@@ -66,11 +66,12 @@ pub(super) struct Planned {
 }
 
 impl Planned {
-    /// A removal's plan: `own_manifests` beside the head as the removal left it.
-    pub(super) fn removing(own_manifests: Vec<ManifestFile>, removed: Removed) -> Self {
+    /// A removal's plan: `own_manifests` beside the head as the removal left it (moved
+    /// out of `removed`: the summary reads only the files it added and removed).
+    pub(super) fn removing(own_manifests: Vec<ManifestFile>, mut removed: Removed) -> Self {
         Planned {
             own_manifests,
-            carried: removed.manifests.clone(),
+            carried: std::mem::take(&mut removed.manifests),
             removed: Some(removed),
         }
     }
