@@ -109,3 +109,97 @@ async fn a_rebase_reuses_the_new_files_manifests() {
     // The upsert's delete now applies to the row committed in between.
     assert_eq!(t.rows().await, rows(&[(1, "b"), (2, "x")]));
 }
+
+/// Prepares `changes` as attempt `number` (rebasing on `rebase`) with `merge`.
+async fn prepare_attempt(
+    t: &super::test_table::MemoryTable,
+    changes: &SnapshotChanges,
+    merge: &MergePolicy,
+    number: u32,
+    rebase: Option<&Rebase>,
+) -> PreparedCommit {
+    let cache = Cached {
+        list: None,
+        manifests: &t.cache,
+    };
+    let attempt = Attempt { number, rebase };
+    prepare_snapshot(&t.table, &t.io, &t.io, changes, merge, cache, attempt)
+        .await
+        .unwrap()
+}
+
+/// As the commit stage does after a definite refusal: every file the refused attempt
+/// wrote but the rebase does not reuse is deleted once the rebased attempt has landed.
+async fn delete_refused(t: &super::test_table::MemoryTable, refused: &PreparedCommit) {
+    let reused = refused.rebase.reused_paths();
+    for path in refused
+        .written
+        .iter()
+        .filter(|p| !reused.contains(&p.as_str()))
+    {
+        t.io.delete(path).await.unwrap();
+    }
+}
+
+/// For every kind of snapshot: an attempt refused by a conflict (another writer's commit
+/// of the same keys in between, with merging on for the first attempt), rebased, and the
+/// refused attempt's own files then deleted. The rebased snapshot must reference none of
+/// them (reading the table reads every live file) and hold each key once, at its newest
+/// value; a second rebase over yet another commit must do the same.
+#[tokio::test]
+async fn a_rebase_after_conflicts_references_nothing_the_refused_attempts_wrote() {
+    use super::test_table::{MemoryTable, rows};
+    for kind in ["equality", "rewrite", "positions"] {
+        let mut t = MemoryTable::new();
+        for i in 0..4 {
+            t.insert(&[(10 + i, "old")]).await;
+        }
+        t.insert(&[(1, "a"), (2, "b"), (3, "c")]).await;
+        let files = t.data_files(&[(2, "B"), (4, "D")]).await;
+        let upsert = match kind {
+            "equality" => t.changes(files, t.equality_deletes(&[2, 3, 4]).await, None),
+            "rewrite" => t.changes(
+                files,
+                Vec::new(),
+                Some(t.remove(&[2, 3, 4], Removal::Rewrite)),
+            ),
+            _ => t.changes(
+                files,
+                Vec::new(),
+                Some(t.remove(&[2, 3, 4], Removal::PositionDeletes)),
+            ),
+        };
+        let merge = MergePolicy {
+            enabled: true,
+            min_count: 2,
+            target_bytes: 1 << 30,
+        };
+        let first = prepare_attempt(&t, &upsert, &merge, 0, None).await;
+        // Another writer adds rows with touched keys first.
+        t.insert(&[(3, "c2"), (4, "d0")]).await;
+        let second = prepare_attempt(&t, &upsert, &merge, 1, Some(&first.rebase)).await;
+        assert_eq!(second.snapshot_id, first.snapshot_id, "{kind}");
+        // The first attempt merged the head's manifests; a rebase does not (its merged
+        // manifests would take the refused attempt's names, deleted with it).
+        let merged = |p: &PreparedCommit| p.written.iter().any(|w| w.ends_with("-m1.avro"));
+        assert!(merged(&first) && !merged(&second), "{kind}");
+        // And again before the rebase lands.
+        t.insert(&[(2, "b2"), (5, "e")]).await;
+        let third = prepare_attempt(&t, &upsert, &merge, 2, Some(&second.rebase)).await;
+        assert!(!merged(&third), "{kind}");
+        t.commit(third);
+        delete_refused(&t, &first).await;
+        delete_refused(&t, &second).await;
+        let want = [
+            (1, "a"),
+            (2, "B"),
+            (4, "D"),
+            (5, "e"),
+            (10, "old"),
+            (11, "old"),
+            (12, "old"),
+            (13, "old"),
+        ];
+        assert_eq!(t.rows().await, rows(&want), "{kind}");
+    }
+}
