@@ -180,7 +180,8 @@ e2e-test: bin $(SINKBENCH) bench-py-deps $(FLOE_FP_BIN)
 	$(PYTHON) -m pytest -q --durations=25 $(E2E)
 
 ## reliability: 10,000 small commits on one table (metadata stays bounded), the upsert
-## model runs at 100 times their `make test` seeds (typed keys, per-key order, the model on REST + S3: ~3.5 hours), the crash trials' full matrix (50 trials per kill point, catalog and mode;
+## model runs at 100 times their `make test` seeds (typed keys, per-key order, the model on REST + S3, copy-on-write's
+## page splice: ~4 hours), the crash trials' full matrix (50 trials per kill point, catalog and mode;
 ## about 25 minutes; ARGS passes options on), the fault matrix (every fault, both modes,
 ## 2 trials each; about an hour), five minutes of overload against a bandwidth-capped S3
 ## and a one-hour soak, written to reliability/.
@@ -188,6 +189,7 @@ reliability: bin $(FLOE_FP_BIN) py-deps
 	FLOE_TEST_COMMITS=10000 $(CARGO) test --release --test committer metadata_stays_bounded_over_many_small_commits -- --nocapture
 	FLOE_MODEL_SEEDS=300 FLOE_ORDER_SEEDS=600 $(CARGO) test --release --test upsert_typed_keys --test upsert_order
 	FLOE_MODEL_SEEDS=100 $(CARGO) test --release --test upsert_model_rest
+	FLOE_MODEL_SEEDS=300 FLOE_SPLICE_SEEDS=30000 $(CARGO) test --release --test upsert_splice_model --test splice_model
 	$(PYTHON) $(E2E)/crash_trials.py $(ARGS)
 	$(PYTHON) $(E2E)/fault_matrix.py --trials 2
 	$(PYTHON) $(E2E)/overload.py --minutes 5 --report reliability

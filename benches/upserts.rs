@@ -10,7 +10,8 @@
 //! 2. **Copy-on-write rewrite throughput**: one key upserted into a table whose only data
 //!    file is ~1, 2 or 4 MiB; MB/s = the file's size over the commit's wall time, and the
 //!    same after subtracting a one-row insert commit on that table (the fixed cost of a
-//!    commit: manifests, catalog).
+//!    commit: manifests, catalog); with the process's CPU time per commit. Files of
+//!    1,024-row pages (spliced) and of 20,000-row pages (rewritten whole) alternate.
 //! 3. **Delete files against K** (keys upserted in one commit): the delete file bytes and
 //!    the commit time, merge-on-read (equality deletes) and positional.
 //!
@@ -97,7 +98,12 @@ fn row(id: u64, version: u64) -> String {
 }
 
 fn config(dir: &std::path::Path, strategy: &str) -> Config {
-    let cfg = json!({
+    config_with_pages(dir, strategy, None)
+}
+
+/// [`config`] with `parquet.page_row_limit` set (`None`: floe's default).
+fn config_with_pages(dir: &std::path::Path, strategy: &str, page_rows: Option<usize>) -> Config {
+    let mut cfg = json!({
         "catalog": {"warehouse": dir.join("wh").to_str().unwrap()},
         "namespace": "bench", "table": "t",
         "identifier_fields": ["id"],
@@ -109,6 +115,9 @@ fn config(dir: &std::path::Path, strategy: &str) -> Config {
                 {"id": 3, "name": "payload", "required": false, "type": "string"}
             ]}},
     });
+    if let Some(rows) = page_rows {
+        cfg["parquet"] = json!({"page_row_limit": rows});
+    }
     Config::from_json(&cfg.to_string()).unwrap()
 }
 
@@ -151,9 +160,9 @@ fn summary(values: &mut [f64], digits: usize) -> String {
     )
 }
 
-/// Sizes of the files under `dir` whose names contain `marker`.
-fn sizes_of(dir: &std::path::Path, marker: &str) -> u64 {
-    let mut total = 0;
+/// The files under `dir` whose names contain `marker`.
+fn files_of(dir: &std::path::Path, marker: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
@@ -161,11 +170,19 @@ fn sizes_of(dir: &std::path::Path, marker: &str) -> u64 {
             if p.is_dir() {
                 stack.push(p);
             } else if p.file_name().unwrap().to_string_lossy().contains(marker) {
-                total += e.metadata().unwrap().len();
+                found.push(p);
             }
         }
     }
-    total
+    found
+}
+
+/// Sizes of the files under `dir` whose names contain `marker`.
+fn sizes_of(dir: &std::path::Path, marker: &str) -> u64 {
+    files_of(dir, marker)
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum()
 }
 
 fn memory(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
@@ -247,14 +264,31 @@ fn memory(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
     }
 }
 
+/// One layout's figures over the runs of one file size.
+#[derive(Default)]
+struct RewriteRuns {
+    commit_ms: Vec<f64>,
+    insert_ms: Vec<f64>,
+    cpu_ms: Vec<f64>,
+    splice_ms: Vec<f64>,
+    bytes: u64,
+}
+
 fn rewrite_throughput(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
     println!(
         "\n## Copy-on-write rewrite throughput: one key upserted into a table of one data file\n"
     );
     println!(
-        "| file MiB | rows | commit ms | MB/s (whole commit) | one-row insert commit ms | MB/s (rewrite alone) |"
+        "Pages of 1,024 rows (the default) are spliced: the pages without the key copied, \
+         one page per column re-encoded. Pages of 20,000 rows (the earlier default, one page \
+         per column here) leave nothing to copy: the file is rewritten whole. The two \
+         alternate run by run. `splice alone`: `splice_without` on the file's bytes in \
+         memory (one thread), MB/s of the file.\n"
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| page rows | file MiB | rows | commit ms | MB/s (whole commit) | one-row insert commit ms | MB/s (rewrite alone) | CPU ms per commit | splice alone ms | MB/s (splice alone) |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     // Bytes per row on disk, from a calibration file.
     let dir = tempfile::tempdir().unwrap();
     let w = rt
@@ -265,36 +299,100 @@ fn rewrite_throughput(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
     let per_row = sizes_of(&dir.path().join("wh"), ".parquet") as f64 / calibration as f64;
     drop(w);
     let targets: &[f64] = if smoke { &[0.1] } else { &[1.0, 2.0, 4.0] };
+    let layouts = [1_024usize, 20_000];
     for &mib in targets {
         let rows = ((mib * (1 << 20) as f64) / per_row) as u64;
-        let (mut commit_ms, mut insert_ms, mut bytes) = (Vec::new(), Vec::new(), 0u64);
+        let mut measured: Vec<RewriteRuns> = layouts.iter().map(|_| Default::default()).collect();
         for _ in 0..runs {
-            let dir = tempfile::tempdir().unwrap();
-            let w = rt
-                .block_on(Writer::open(config(dir.path(), "copy-on-write")))
-                .unwrap();
-            filled(rt, &w, 1, rows);
-            bytes = sizes_of(&dir.path().join("wh"), ".parquet");
-            let t = Instant::now();
-            call(rt, &w, "upsert", &[row(rows / 2, 1)]);
-            commit_ms.push(t.elapsed().as_secs_f64() * 1e3);
-            let t = Instant::now();
-            call(rt, &w, "insert", &[row(rows + 1, 0)]);
-            insert_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            for (n, &page_rows) in layouts.iter().enumerate() {
+                let dir = tempfile::tempdir().unwrap();
+                let w = rt
+                    .block_on(Writer::open(config_with_pages(
+                        dir.path(),
+                        "copy-on-write",
+                        Some(page_rows),
+                    )))
+                    .unwrap();
+                filled(rt, &w, 1, rows);
+                let m = &mut measured[n];
+                m.bytes = sizes_of(&dir.path().join("wh"), ".parquet");
+                m.splice_ms
+                    .push(splice_alone(&dir.path().join("wh"), rows / 2));
+                let (t, cpu) = (Instant::now(), process_cpu_ms());
+                call(rt, &w, "upsert", &[row(rows / 2, 1)]);
+                m.commit_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                m.cpu_ms.push(process_cpu_ms() - cpu);
+                let t = Instant::now();
+                call(rt, &w, "insert", &[row(rows + 1, 0)]);
+                m.insert_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            }
         }
-        commit_ms.sort_by(f64::total_cmp);
-        insert_ms.sort_by(f64::total_cmp);
-        let (c, i) = (commit_ms[runs / 2], insert_ms[runs / 2]);
-        let mb = bytes as f64 / 1e6;
-        println!(
-            "| {:.1} | {rows} | {} | {:.0} | {} | {:.0} |",
-            bytes as f64 / (1 << 20) as f64,
-            summary(&mut commit_ms, 0),
-            mb / (c / 1e3),
-            summary(&mut insert_ms, 0),
-            mb / ((c - i).max(0.001) / 1e3),
-        );
+        for (n, m) in measured.iter_mut().enumerate() {
+            m.commit_ms.sort_by(f64::total_cmp);
+            m.insert_ms.sort_by(f64::total_cmp);
+            m.splice_ms.sort_by(f64::total_cmp);
+            let (c, i, s) = (
+                m.commit_ms[runs / 2],
+                m.insert_ms[runs / 2],
+                m.splice_ms[runs / 2],
+            );
+            let mb = m.bytes as f64 / 1e6;
+            println!(
+                "| {} | {:.1} | {rows} | {} | {:.0} | {} | {:.0} | {} | {} | {} |",
+                layouts[n],
+                m.bytes as f64 / (1 << 20) as f64,
+                summary(&mut m.commit_ms, 0),
+                mb / (c / 1e3),
+                summary(&mut m.insert_ms, 0),
+                mb / ((c - i).max(0.001) / 1e3),
+                summary(&mut m.cpu_ms, 0),
+                summary(&mut m.splice_ms, 1),
+                if s.is_nan() {
+                    "declined".to_string()
+                } else {
+                    format!("{:.0}", mb / (s / 1e3))
+                },
+            );
+        }
     }
+}
+
+/// Milliseconds `splice_without` takes to remove row `position` from the only data file
+/// under `warehouse` (NaN when it declines the file).
+fn splice_alone(warehouse: &std::path::Path, position: u64) -> f64 {
+    let path = files_of(warehouse, ".parquet")
+        .pop()
+        .expect("one data file");
+    let bytes = bytes::Bytes::from(std::fs::read(path).unwrap());
+    let reader =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
+            .unwrap();
+    let schema = reader.schema().clone();
+    let settings = floe::write::FileSettings {
+        properties: parquet::file::properties::WriterProperties::builder()
+            .set_compression(parquet::basic::Compression::ZSTD(
+                parquet::basic::ZstdLevel::try_new(1).unwrap(),
+            ))
+            .build(),
+        target_file_size: 512 << 20,
+    };
+    let t = Instant::now();
+    let spliced =
+        floe::write::splice::splice_without(&bytes, &[position], &settings, &schema).unwrap();
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    if spliced.is_some() { ms } else { f64::NAN }
+}
+
+/// CPU time of this process so far (user + system), in milliseconds.
+fn process_cpu_ms() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage writes the struct it is given.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    ms(usage.ru_utime) + ms(usage.ru_stime)
 }
 
 fn delete_files(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {

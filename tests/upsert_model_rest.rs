@@ -9,8 +9,11 @@
 //! table is read by DuckDB and, where it reads the table's deletes, pyiceberg; every other
 //! round and at the end by Apache Iceberg's Java reader. A failure prints the seed, the
 //! round, the reader and every operation on the first key that differs, in arrival order:
-//! the minimal stream that shows it. `FLOE_MODEL_SEEDS` sets the seeds per strategy
-//! (default 1; `make reliability` runs 100).
+//! the minimal stream that shows it. Copy-on-write writes pages of 1 or 2 rows in two
+//! seeds of three (the first among them), so that its rewrites splice pages (copying
+//! those without a replaced row), and such a seed fails if it spliced no file.
+//! `FLOE_MODEL_SEEDS` sets the seeds per strategy (default 1; `make reliability` runs
+//! 100).
 
 mod support;
 
@@ -191,6 +194,12 @@ fn run_seed(seed: u64, strategy: &str) -> Result<(), String> {
                 ]}},
         }),
     );
+    // Copy-on-write splices files of several pages (copying the pages without a
+    // replaced row): small pages make this stream's few-row files spliceable.
+    let page_rows = page_rows_of(seed, strategy);
+    if let Some(rows) = page_rows {
+        merge(&mut cfg, json!({"parquet": {"page_row_limit": rows}}));
+    }
     let config = Config::from_json(&cfg.to_string()).unwrap();
     let writer = Arc::new(rt.block_on(Writer::open(config)).unwrap());
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
@@ -215,7 +224,39 @@ fn run_seed(seed: u64, strategy: &str) -> Result<(), String> {
             }
         }
     }
+    if page_rows.is_some() {
+        let spliced = spliced_files(&writer, &table);
+        if spliced == 0 {
+            return Err(format!("seed {seed}, {strategy}: no file was spliced"));
+        }
+    }
     Ok(())
+}
+
+/// The page row limit a copy-on-write seed writes with (two in three seeds small, the
+/// first seed included); `None`: the default.
+fn page_rows_of(seed: u64, strategy: &str) -> Option<u64> {
+    (strategy == "copy-on-write")
+        .then_some([Some(2), Some(1), None][((seed - 1) % 3) as usize])
+        .flatten()
+}
+
+/// Data files the splice wrote into the table's folder (named `…-spliced.parquet`).
+fn spliced_files(writer: &Writer, table: &str) -> usize {
+    let ident = floe::catalog::table_ident("model", table).unwrap();
+    let loaded = runtime()
+        .block_on(writer.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let prefix = format!("{}/data", loaded.metadata.location());
+    let out = read_back(
+        "s3-list",
+        json!({"prefix": prefix, "s3": services().duckdb_s3()}),
+    );
+    let keys: Vec<String> = serde_json::from_value(out["rows"].clone()).unwrap();
+    keys.iter()
+        .filter(|k| k.ends_with("-spliced.parquet"))
+        .count()
 }
 
 fn every_seed(strategy: &str) {

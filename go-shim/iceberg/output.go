@@ -130,6 +130,7 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewIntField("compression_level").Optional().Description("zstd 1–22, gzip 1–9; unset or 0: the codec's default (zstd: 1)."),
 				service.NewIntField("row_group_size").Optional().Description("Most rows in one row group. Unset or 0: the Parquet writer's default (the table's `write.parquet.row-group-size-bytes` caps a row group's bytes either way)."),
 				service.NewIntField("page_size").Optional().Description("Most bytes in one data page. Unset or 0: the table's `write.parquet.page-size-bytes`, else the Parquet writer's default."),
+				service.NewIntField("page_row_limit").Optional().Description("Most rows in one data page. Unset or 0: the table's `write.parquet.page-row-limit`, else 1,024. Copy-on-write upserts copy the pages that hold no replaced row as they are and re-encode only the others: smaller pages make each rewrite cheaper, larger ones compress slightly better."),
 				service.NewBoolField("dictionary").Optional().Description("Dictionary encoding of columns. Unset: the Parquet writer's default (on)."),
 				service.NewIntField("target_file_size_bytes").Optional().Description("Size at which a data file is closed and the next begun. Unset or 0: the table's `write.target-file-size-bytes`, else 512 MiB."),
 			).Description("Parquet writer settings. Each unset field takes the table's `write.parquet.*` property where one exists, else floe's default."),

@@ -273,7 +273,7 @@ func TestLintAndStartUpPrintLibfloesSameProblems(t *testing.T) {
 		"oauth2":    {"catalog:\n  url: http://127.0.0.1:1\n  auth:\n    oauth2:\n      client_id: abc\n", "catalog.auth.oauth2: missing field `client_secret`"},
 		"duration":  {"commit:\n  linger: 99999999999999999999h\n", `commit.linger: "99999999999999999999h" is longer than the longest duration (2562047h)`},
 		"gzip":      {"parquet:\n  compression: gzip\n  compression_level: 12\n", "parquet.compression_level 12 is outside gzip's 1..=9"},
-		"zeros":     {"parquet:\n  compression: \"\"\n  compression_level: 0\n  row_group_size: 0\n  page_size: 0\n", ""},
+		"zeros":     {"parquet:\n  compression: \"\"\n  compression_level: 0\n  row_group_size: 0\n  page_size: 0\n  page_row_limit: 0\n", ""},
 		"embedded":  {"catalog:\n  url: \"\"\n  auth:\n    bearer: t0ken\n", "catalog.auth.bearer: only a REST catalog uses it"},
 		"password":  {"catalog:\n  url: user:hunter2@catalog.example:8181\n", `catalog.url "redacted@catalog.example:8181" must start with`},
 	}

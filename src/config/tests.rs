@@ -136,9 +136,10 @@ fn durations_go_accepts_and_refuses() {
 fn blank_parquet_settings_are_unset_and_levels_fit_their_codec() {
     let c = Config::from_json(
         r#"{"parquet": {"compression": "", "string_encoding": "", "compression_level": 0,
-            "row_group_size": 0, "page_size": 0, "target_file_size_bytes": 0}}"#,
+            "row_group_size": 0, "page_size": 0, "page_row_limit": 0, "target_file_size_bytes": 0}}"#,
     )
     .unwrap();
+    assert!(c.parquet.page_size.is_none() && c.parquet.page_row_limit.is_none());
     assert!(c.parquet.compression.is_none() && c.parquet.compression_level.is_none());
     assert!(c.parquet.row_group_size.is_none() && c.parquet.string_encoding.is_none());
     let problems = |json: &str| Config::problems(json);

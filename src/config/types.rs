@@ -170,6 +170,9 @@ pub struct ParquetConfig {
     pub row_group_size: Option<usize>,
     #[serde(default, deserialize_with = "blank_as_none")]
     pub page_size: Option<usize>,
+    /// Most rows in one data page (see [`crate::write::DEFAULT_PAGE_ROW_LIMIT`]).
+    #[serde(default, deserialize_with = "blank_as_none")]
+    pub page_row_limit: Option<usize>,
     pub dictionary: Option<bool>,
     #[serde(default, deserialize_with = "blank_as_none")]
     pub target_file_size_bytes: Option<usize>,

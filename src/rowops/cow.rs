@@ -2,21 +2,32 @@
 //! the table never has delete files (readable by engines that refuse them: pyiceberg,
 //! Unity Catalog, Snowflake).
 //!
-//! Each file that holds a touched key (found by [`super::lookup`]) is streamed a batch at
-//! a time through one data-file sink without those rows, and the snapshot removes it:
-//! memory holds one row group being read and the row groups being written, never a whole
-//! file.
+//! Each file that holds a touched key (found by [`super::lookup`]) is rewritten without
+//! those rows, and the snapshot removes it. A file whose pages the removed rows leave
+//! mostly untouched is spliced ([`crate::write::splice`]: kept pages copied byte for
+//! byte, only the removed rows' pages re-encoded; memory holds the file); any other is
+//! streamed a batch at a time through one data-file sink shared by all such files, so
+//! small remainders merge (memory holds one row group being read and the row groups
+//! being written).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use crate::table::manifest_cache::ManifestCache;
-use arrow_array::BooleanArray;
+use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 use arrow_select::filter::filter_record_batch;
+use bytes::Bytes;
 use futures::TryStreamExt;
 use iceberg::io::FileIO;
-use iceberg::spec::{FormatVersion, ManifestContentType, ManifestFile, TableMetadata};
+use iceberg::spec::PartitionKey;
+use iceberg::spec::{
+    DataFile, DataFileFormat, FormatVersion, ManifestContentType, ManifestFile, TableMetadata,
+};
+use iceberg::writer::file_writer::location_generator::{
+    DefaultLocationGenerator, LocationGenerator,
+};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use uuid::Uuid;
 
 use super::conform::conform;
@@ -24,6 +35,7 @@ use super::lookup::{Hit, has_live_files, open_data_file, unreadable};
 use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::merge::rewrite as rewrite_manifest;
+use crate::write::splice::{splice_without, spliced_data_file};
 use crate::write::{DataFileSink, FileSettings};
 
 /// Refuses tables copy-on-write cannot rewrite correctly.
@@ -58,16 +70,23 @@ pub async fn rewrite(
     let mut sink = DataFileSink::new(metadata, file_io, settings)?;
     let mut removed_by_manifest: BTreeMap<usize, HashSet<String>> = BTreeMap::new();
     let mut removed = Vec::with_capacity(hits.len());
+    let mut added = Vec::new();
     for hit in hits {
-        stream_without(file_io, &hit, &current, &mut sink).await?;
+        match splice(metadata, file_io, &hit, (settings, &current), written).await? {
+            Splice::Done(file) => added.push(*file),
+            Splice::Declined(read) => {
+                stream_without(file_io, &hit, &current, &mut sink, read).await?;
+            }
+        }
         removed_by_manifest
             .entry(hit.manifest)
             .or_default()
             .insert(hit.file.file_path().to_string());
         removed.push((hit.file, hit.spec_id));
     }
-    let added = sink.close().await?;
-    written.extend(added.iter().map(|f| f.file_path().to_string()));
+    let merged = sink.close().await?;
+    written.extend(merged.iter().map(|f| f.file_path().to_string()));
+    added.extend(merged);
     let mut manifests = Vec::with_capacity(carried.len());
     for (n, manifest) in carried.into_iter().enumerate() {
         let Some(removed_here) = removed_by_manifest.get(&n) else {
@@ -99,32 +118,146 @@ pub async fn rewrite(
     })
 }
 
-/// Streams the rows of `hit`'s file, minus those at its positions, into `sink`.
+/// The largest data file spliced: the splice holds the file, the new file and the
+/// re-encoded pages in memory at once, where the merging rewrite holds a row group.
+pub const SPLICE_MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// What [`splice`] made of a file.
+enum Splice {
+    /// The spliced file's entry, uploaded.
+    Done(Box<DataFile>),
+    /// Left to the merging rewrite, with the file's bytes if they were read.
+    Declined(Option<Bytes>),
+}
+
+/// `hit`'s file spliced without the rows at its positions, uploaded; declined when it
+/// is the merging rewrite's: a file of another partition spec than the default
+/// (added files are listed under the default spec), larger than
+/// [`SPLICE_MAX_FILE_BYTES`], declaring a sort order (the splice moves re-encoded rows
+/// to the end of their row group), written in another schema than the current one, or
+/// one whose layout the splice declines or fails
+/// on (a splice is only a faster way to the same rows: its failure is logged, and the
+/// merging rewrite reports any fault of the file itself).
+async fn splice(
+    metadata: &TableMetadata,
+    file_io: &FileIO,
+    hit: &Hit,
+    (settings, current): (&FileSettings, &SchemaRef),
+    written: &mut Vec<String>,
+) -> Result<Splice> {
+    let sorted = hit.file.sort_order_id().is_some_and(|id| id != 0);
+    if hit.spec_id != metadata.default_partition_spec_id()
+        || hit.file.file_format() != DataFileFormat::Parquet
+        || hit.file.file_size_in_bytes() > SPLICE_MAX_FILE_BYTES
+        || sorted
+    {
+        return Ok(Splice::Declined(None));
+    }
+    let path = hit.file.file_path();
+    let input = file_io.new_input(path).map_err(|e| unreadable(path, e))?;
+    let bytes = input.read().await.map_err(|e| unreadable(path, e))?;
+    let spliced = match splice_without(&bytes, &hit.positions, settings, current) {
+        Ok(Some(spliced)) => spliced,
+        Ok(None) => return Ok(Splice::Declined(Some(bytes))),
+        Err(e) => {
+            tracing::warn!(file = path, error = %e, "splicing a data file failed; rewriting it whole");
+            return Ok(Splice::Declined(Some(bytes)));
+        }
+    };
+    let new_path = spliced_path(metadata, hit)?;
+    written.push(new_path.clone());
+    let file = spliced_data_file(&spliced, new_path.clone(), &hit.file, hit.spec_id)?;
+    file_io
+        .new_output(&new_path)?
+        .write(spliced.bytes)
+        .await
+        .map_err(Error::from)?;
+    Ok(Splice::Done(Box::new(file)))
+}
+
+/// Where the splice of `hit`'s file goes: where the table's writers put a new data file
+/// of its partition (`write.data.path`, else the table's `data/`), named for what made
+/// it so that an operator (and the tests) can tell spliced files.
+fn spliced_path(metadata: &TableMetadata, hit: &Hit) -> Result<String> {
+    let spec = metadata.default_partition_spec();
+    let partition = (!spec.is_unpartitioned()).then(|| {
+        PartitionKey::new(
+            spec.as_ref().clone(),
+            metadata.current_schema().clone(),
+            hit.file.partition().clone(),
+        )
+    });
+    let name = format!("00000-{}-spliced.parquet", Uuid::new_v4());
+    let locations = DefaultLocationGenerator::new(metadata).map_err(Error::from)?;
+    Ok(locations.generate_location(partition.as_ref(), &name))
+}
+
+/// Streams the rows of `hit`'s file, minus those at its positions, into `sink`: from
+/// `read`, its bytes when the splice read them already, else from storage.
 async fn stream_without(
     file_io: &FileIO,
     hit: &Hit,
     current: &SchemaRef,
     sink: &mut DataFileSink,
+    read: Option<Bytes>,
 ) -> Result<()> {
     let path = hit.file.file_path();
     let read_error = |e: parquet::errors::ParquetError| unreadable(path, e);
+    let mut kept = KeptRows::new(hit, current);
+    if let Some(bytes) = read {
+        let batches = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .and_then(|b| b.build())
+            .map_err(read_error)?;
+        for batch in batches {
+            let batch = batch.map_err(|e| unreadable(path, e))?;
+            sink.write(&kept.of(&batch)?).await?;
+        }
+        return Ok(());
+    }
     let mut stream = open_data_file(file_io, &hit.file)
         .await?
         .build()
         .map_err(read_error)?;
-    let mut next = hit.positions.iter().copied().peekable();
-    let mut offset = 0u64;
     while let Some(batch) = stream.try_next().await.map_err(read_error)? {
-        let rows = batch.num_rows() as u64;
-        let keep: BooleanArray = (offset..offset + rows)
-            .map(|pos| Some(next.next_if_eq(&pos).is_none()))
-            .collect();
-        offset += rows;
-        let kept = filter_record_batch(&conform(&batch, current)?, &keep)
-            .map_err(|e| Error::internal(format!("rewriting {path}: {e}")))?;
-        sink.write(&kept).await?;
+        sink.write(&kept.of(&batch)?).await?;
     }
     Ok(())
+}
+
+/// The rows of a file's batches, read in order, that are not at the hit's positions,
+/// in the current schema.
+struct KeptRows<'a> {
+    hit: &'a Hit,
+    current: &'a SchemaRef,
+    next: usize,
+    offset: u64,
+}
+
+impl<'a> KeptRows<'a> {
+    fn new(hit: &'a Hit, current: &'a SchemaRef) -> Self {
+        Self {
+            hit,
+            current,
+            next: 0,
+            offset: 0,
+        }
+    }
+
+    /// The kept rows of the file's next `batch`.
+    fn of(&mut self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let rows = batch.num_rows() as u64;
+        let positions = &self.hit.positions;
+        let keep: BooleanArray = (self.offset..self.offset + rows)
+            .map(|pos| {
+                let removed = positions.get(self.next) == Some(&pos);
+                self.next += usize::from(removed);
+                Some(!removed)
+            })
+            .collect();
+        self.offset += rows;
+        filter_record_batch(&conform(batch, self.current)?, &keep)
+            .map_err(|e| Error::internal(format!("rewriting {}: {e}", self.hit.file.file_path())))
+    }
 }
 
 /// A rewritten file gets a new sequence number, so delete files (from a merge-on-read

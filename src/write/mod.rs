@@ -5,6 +5,8 @@
 //! this module chooses its settings (config first, then the table's `write.*`
 //! properties, then floe's defaults) and fans rows out by partition.
 
+pub mod splice;
+
 use std::collections::HashMap;
 
 use arrow_array::RecordBatch;
@@ -33,6 +35,14 @@ use crate::error::{Error, Result};
 pub const DEFAULT_ZSTD_LEVEL: i32 = 1;
 /// Iceberg's default target file size (`write.target-file-size-bytes`).
 pub const DEFAULT_TARGET_FILE_SIZE: usize = 512 * 1024 * 1024;
+
+/// Rows per data page unless `parquet.page_row_limit` or the table's
+/// `write.parquet.page-row-limit` says otherwise (Iceberg's Java default is 20,000):
+/// copy-on-write re-encodes only the pages that hold a removed row ([`splice`]), so
+/// smaller pages mean less to re-encode per key.
+pub const DEFAULT_PAGE_ROW_LIMIT: usize = 1024;
+/// arrow-rs's write batch size, the granularity at which it checks page limits.
+const DEFAULT_WRITE_BATCH_ROWS: usize = 1024;
 
 /// The Parquet settings for one table, resolved once per table version.
 #[derive(Debug, Clone)]
@@ -125,9 +135,16 @@ pub fn file_settings(config: &ParquetConfig, metadata: &TableMetadata) -> Result
     if let Some(bytes) = page_size {
         builder = builder.set_data_page_size_limit(bytes);
     }
-    if let Some(rows) = table_prop::<usize>(props, "write.parquet.page-row-limit")? {
-        builder = builder.set_data_page_row_count_limit(rows);
-    }
+    let page_rows = match config.page_row_limit {
+        Some(rows) => Some(rows),
+        None => table_prop::<usize>(props, "write.parquet.page-row-limit")?,
+    };
+    let page_rows = page_rows.unwrap_or(DEFAULT_PAGE_ROW_LIMIT).max(1);
+    // The writer checks the row limit once per write batch (1,024 rows by default): a
+    // smaller limit needs smaller batches to hold.
+    builder = builder
+        .set_data_page_row_count_limit(page_rows)
+        .set_write_batch_size(page_rows.min(DEFAULT_WRITE_BATCH_ROWS));
     if let Some(bytes) = table_prop::<usize>(props, "write.parquet.dict-size-bytes")? {
         builder = builder.set_dictionary_page_size_limit(bytes);
     }

@@ -9,6 +9,7 @@ Usage: read_table.py <reader> <json-args>
                          (a projection, in order) and "snapshot_id" (see java_rest())
            duckdb-s3     args: {"metadata": "s3://…", "s3": {...}, "sql": "..."}
            s3-list       args: {"prefix": "s3://bucket/path", "s3": {...}}  (rows: object keys)
+           parquet-compare args: {"actual": path, "expected": path} (see parquet_compare())
 Prints one JSON document: {"rows": [...], "count": n}.
        read_table.py --serve  answers requests line by line (see serve()).
 """
@@ -256,6 +257,42 @@ def java_rest(args):
     return {"rows": rows, "count": len(rows)}
 
 
+def parquet_compare(args):
+    """Rows of the Parquet file args["actual"] that differ from those of args["expected"],
+    read by DuckDB (read_parquet, both ways EXCEPT ALL, and ordered by the first column)
+    and by pyarrow (ordered likewise): {"differences": [...], "count": rows of actual}."""
+    import pyarrow.parquet as pq
+    differences = []
+    con = duckdb_connect()
+    a, e = args["actual"], args["expected"]
+    for name, path in (("a", a), ("e", e)):
+        # Instants as text: fetching TIMESTAMPTZ values would need pytz.
+        zoned = [c for c, t, *_ in con.execute(f"DESCRIBE SELECT * FROM read_parquet('{path}')").fetchall()
+                 if t == "TIMESTAMP WITH TIME ZONE"]
+        replace = f"REPLACE ({', '.join(f'CAST({c} AS VARCHAR) AS {c}' for c in zoned)})" if zoned else ""
+        con.execute(f"CREATE VIEW {name} AS SELECT * {replace} FROM read_parquet('{path}')")
+    for left, right in (("a", "e"), ("e", "a")):
+        extra = con.execute(f"SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right}").fetchall()
+        if extra:
+            differences.append({"duckdb_only_in": left, "rows": jsonable(extra[:5])})
+    ordered = con.execute("SELECT * FROM a ORDER BY 1").fetchall()
+    wanted = con.execute("SELECT * FROM e ORDER BY 1").fetchall()
+    # As JSON text, so NaN equals NaN.
+    if json.dumps(jsonable(ordered)) != json.dumps(jsonable(wanted)):
+        differences.append({"duckdb": "the rows differ in order or in a NaN"})
+    count = con.execute(f"SELECT count(*) FROM read_parquet('{a}')").fetchone()[0]
+    con.close()
+    first = lambda t: t.sort_by(t.column_names[0]).to_pylist()
+    actual, expected = first(pq.read_table(a)), first(pq.read_table(e))
+    for n, (x, y) in enumerate(zip(actual, expected)):
+        if json.dumps(jsonable(x)) != json.dumps(jsonable(y)):
+            differences.append({"pyarrow_row": n, "actual": jsonable(x), "expected": jsonable(y)})
+            break
+    if len(actual) != len(expected):
+        differences.append({"pyarrow": f"{len(actual)} rows, expected {len(expected)}"})
+    return {"differences": differences, "count": count}
+
+
 # Readers that act on a table and answer with their own document.
 ACTIONS = {
     "drop-sql-table": drop_sql_table,
@@ -266,6 +303,7 @@ ACTIONS = {
     "at-ref": at_ref,
     "make-v1-table": make_v1_table,
     "partition-check": partition_check,
+    "parquet-compare": parquet_compare,
 }
 
 
