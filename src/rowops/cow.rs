@@ -224,8 +224,8 @@ async fn stream_without(
     Ok(())
 }
 
-/// The rows of a file's batches, read in order, that are not at the hit's positions,
-/// in the current schema.
+/// The rows of a file's batches, read in order, that are not at the hit's positions
+/// (ascending, as the lookup finds them), in the current schema.
 struct KeptRows<'a> {
     hit: &'a Hit,
     current: &'a SchemaRef,
@@ -235,6 +235,10 @@ struct KeptRows<'a> {
 
 impl<'a> KeptRows<'a> {
     fn new(hit: &'a Hit, current: &'a SchemaRef) -> Self {
+        debug_assert!(
+            hit.positions.windows(2).all(|w| w[0] < w[1]),
+            "positions ascend"
+        );
         Self {
             hit,
             current,

@@ -34,6 +34,9 @@ pub struct RemovedRows {
     /// Fields whose old bounds are still exact: in no touched row group did a removed
     /// row hold the minimum or maximum of the column chunk.
     bounds_kept: HashSet<i32>,
+    /// The touched column chunks (row group, leaf) whose minimum and maximum still
+    /// hold exactly.
+    chunks_exact: HashSet<(usize, usize)>,
 }
 
 impl RemovedRows {
@@ -62,7 +65,9 @@ impl RemovedRows {
                 let nulls = removed_chunk.and_then(Statistics::null_count_opt);
                 *removed.nulls.entry(id).or_default() += nulls.unwrap_or(0);
                 let original = metadata.row_group(*group).column(leaf).statistics();
-                if !still_exact(original, removed_chunk) {
+                if still_exact(original, removed_chunk) {
+                    removed.chunks_exact.insert((*group, leaf));
+                } else {
                     lost.insert(id);
                 }
             }
@@ -71,6 +76,14 @@ impl RemovedRows {
             }
         }
         Ok(removed)
+    }
+}
+
+impl RemovedRows {
+    /// Whether the minimum and maximum of leaf `leaf` in row group `group` (a touched
+    /// one) still hold exactly: no removed row held either.
+    pub(super) fn chunk_bounds_hold(&self, group: usize, leaf: usize) -> bool {
+        self.chunks_exact.contains(&(group, leaf))
     }
 }
 
@@ -263,9 +276,13 @@ pub fn spliced_data_file(
         .record_count(spliced.rows)
         .file_size_in_bytes(spliced.bytes.len() as u64)
         .column_sizes(sizes)
-        .value_counts(values)
+        .value_counts(values.clone())
         .null_value_counts(less(old.null_value_counts(), &removed.nulls))
-        .nan_value_counts(less(old.nan_value_counts(), &removed.nans))
+        .nan_value_counts(nan_counts(
+            less(old.nan_value_counts(), &removed.nans),
+            &less(old.null_value_counts(), &removed.nulls),
+            &values,
+        ))
         .lower_bounds(kept(old.lower_bounds()))
         .upper_bounds(kept(old.upper_bounds()))
         .split_offsets(Some(split_offsets));
@@ -275,6 +292,22 @@ pub fn spliced_data_file(
     builder
         .build()
         .map_err(|e| Error::internal(format!("spliced data file: {e}")))
+}
+
+/// `nans` where they fit beside the nulls in the values; a count that does not
+/// (iceberg-rust counts NaNs under a null struct, which its null count includes too)
+/// is left out rather than let a reader take every value for NaN.
+fn nan_counts(
+    nans: HashMap<i32, u64>,
+    nulls: &HashMap<i32, u64>,
+    values: &HashMap<i32, u64>,
+) -> HashMap<i32, u64> {
+    nans.into_iter()
+        .filter(|(id, n)| {
+            let nulls = nulls.get(id).copied().unwrap_or(0);
+            values.get(id).is_some_and(|v| n + nulls <= *v)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -288,6 +321,14 @@ mod tests {
                 .with_min_is_exact(exact)
                 .with_max_is_exact(exact),
         )
+    }
+
+    #[test]
+    fn nan_counts_that_do_not_fit_beside_the_nulls_are_left_out() {
+        let values = HashMap::from([(1, 2), (2, 2)]);
+        let nulls = HashMap::from([(1, 1), (2, 0)]);
+        let nans = nan_counts(HashMap::from([(1, 2), (2, 2)]), &nulls, &values);
+        assert_eq!(nans, HashMap::from([(2, 2)]));
     }
 
     #[test]

@@ -493,7 +493,7 @@ fn assemble(parts: &Parts<'_>, plan: &Plan, removed: RemovedRows) -> Result<Opti
             {
                 continue;
             }
-            Some(regions) => match spliced_chunks(parts, index, regions)? {
+            Some(regions) => match spliced_chunks(parts, index, regions, &removed)? {
                 Some(chunks) => chunks,
                 None => return Ok(None),
             },
@@ -555,11 +555,13 @@ fn spliced_chunks(
     parts: &Parts<'_>,
     index: usize,
     regions: &[Region],
+    removed: &RemovedRows,
 ) -> Result<Option<Vec<Chunk>>> {
     let columns = parts.metadata.row_group(index).num_columns();
     let mut chunks = Vec::with_capacity(columns);
     for column in 0..columns {
-        match spliced_chunk(parts, index, column, regions)? {
+        let bounds_hold = removed.chunk_bounds_hold(index, column);
+        match spliced_chunk(parts, (index, column), regions, bounds_hold)? {
             Some(chunk) => chunks.push(chunk),
             None => return Ok(None),
         }
@@ -570,9 +572,9 @@ fn spliced_chunks(
 /// One column's new chunk, built page by page; see [`spliced_chunks`].
 fn spliced_chunk(
     parts: &Parts<'_>,
-    index: usize,
-    column: usize,
+    (index, column): (usize, usize),
     regions: &[Region],
+    bounds_hold: bool,
 ) -> Result<Option<Chunk>> {
     let row_group = parts.metadata.row_group(index);
     let chunk = row_group.column(column);
@@ -674,7 +676,7 @@ fn spliced_chunk(
         return Ok(None);
     };
     let nulls = nulls.filter(|&n| n >= 0).map(|n| n as u64);
-    out.finish(chunk, encodings, nulls).map(Some)
+    out.finish(chunk, encodings, (nulls, bounds_hold)).map(Some)
 }
 
 /// Page types as the Thrift `PageType` numbers them.
@@ -726,13 +728,13 @@ impl ChunkBuilder {
         Ok(true)
     }
 
-    /// The chunk's bytes and close result: `original`'s codec and bounds (loose now),
-    /// `encodings`, and `nulls` when known.
+    /// The chunk's bytes and close result: `original`'s codec and, where they still
+    /// hold, bounds; `encodings`, and `nulls` when known.
     fn finish(
         self,
         original: &ColumnChunkMetaData,
         encodings: EncodingMask,
-        nulls: Option<u64>,
+        (nulls, bounds_hold): (Option<u64>, bool),
     ) -> Result<Chunk> {
         let first_data = self.locations.first().map_or(0, |p| p.offset);
         let mut builder = ColumnChunkMetaData::builder(original.column_descr_ptr())
@@ -743,7 +745,8 @@ impl ChunkBuilder {
             .set_num_values(self.rows as i64)
             .set_data_page_offset(first_data)
             .set_dictionary_page_offset(self.dictionary.then_some(0));
-        if let Some(stats) = original.statistics().and_then(|s| loose(s, nulls)) {
+        let stats = original.statistics();
+        if let Some(stats) = stats.and_then(|s| kept_statistics(s, nulls, bounds_hold)) {
             builder = builder.set_statistics(stats);
         }
         let metadata = builder
@@ -764,36 +767,43 @@ impl ChunkBuilder {
     }
 }
 
-/// `stats` with their bounds marked inexact (the removed rows may have held the minimum
-/// or maximum; a wider bound is still a bound) and `nulls` as the null count; no
-/// distinct count.
-fn loose(stats: &Statistics, nulls: Option<u64>) -> Option<Statistics> {
+/// A spliced chunk's statistics: `stats`' minimum and maximum while they still hold
+/// (`bounds_hold`: no removed row held either), else none (readers take footer bounds
+/// for exact: arrow-rs, parquet-mr and Arrow C++ ignore the exactness flags of numeric
+/// ones); `nulls` as the null count; no distinct count.
+fn kept_statistics(
+    stats: &Statistics,
+    nulls: Option<u64>,
+    bounds_hold: bool,
+) -> Option<Statistics> {
     fn bound<T: Clone>(
         s: &ValueStatistics<T>,
         nulls: Option<u64>,
         deprecated: bool,
+        hold: bool,
     ) -> ValueStatistics<T> {
+        let kept = |v: Option<&T>| v.filter(|_| hold).cloned();
         ValueStatistics::new(
-            s.min_opt().cloned(),
-            s.max_opt().cloned(),
+            kept(s.min_opt()),
+            kept(s.max_opt()),
             None,
             nulls,
             deprecated,
         )
-        .with_min_is_exact(false)
-        .with_max_is_exact(false)
+        .with_min_is_exact(hold && s.min_is_exact())
+        .with_max_is_exact(hold && s.max_is_exact())
         .with_backwards_compatible_min_max(s.is_min_max_backwards_compatible())
     }
-    let d = stats.is_min_max_deprecated();
+    let (d, h) = (stats.is_min_max_deprecated(), bounds_hold);
     Some(match stats {
-        Statistics::Boolean(s) => Statistics::Boolean(bound(s, nulls, d)),
-        Statistics::Int32(s) => Statistics::Int32(bound(s, nulls, d)),
-        Statistics::Int64(s) => Statistics::Int64(bound(s, nulls, d)),
-        Statistics::Int96(s) => Statistics::Int96(bound(s, nulls, d)),
-        Statistics::Float(s) => Statistics::Float(bound(s, nulls, d)),
-        Statistics::Double(s) => Statistics::Double(bound(s, nulls, d)),
-        Statistics::ByteArray(s) => Statistics::ByteArray(bound(s, nulls, d)),
-        Statistics::FixedLenByteArray(s) => Statistics::FixedLenByteArray(bound(s, nulls, d)),
+        Statistics::Boolean(s) => Statistics::Boolean(bound(s, nulls, d, h)),
+        Statistics::Int32(s) => Statistics::Int32(bound(s, nulls, d, h)),
+        Statistics::Int64(s) => Statistics::Int64(bound(s, nulls, d, h)),
+        Statistics::Int96(s) => Statistics::Int96(bound(s, nulls, d, h)),
+        Statistics::Float(s) => Statistics::Float(bound(s, nulls, d, h)),
+        Statistics::Double(s) => Statistics::Double(bound(s, nulls, d, h)),
+        Statistics::ByteArray(s) => Statistics::ByteArray(bound(s, nulls, d, h)),
+        Statistics::FixedLenByteArray(s) => Statistics::FixedLenByteArray(bound(s, nulls, d, h)),
     })
 }
 
