@@ -346,7 +346,11 @@ fn rewrite_throughput(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
                 summary(&mut m.insert_ms, 0),
                 mb / ((c - i).max(0.001) / 1e3),
                 summary(&mut m.cpu_ms, 0),
-                summary(&mut m.splice_ms, 1),
+                if s.is_nan() {
+                    "—".to_string()
+                } else {
+                    summary(&mut m.splice_ms, 1)
+                },
                 if s.is_nan() {
                     "declined".to_string()
                 } else {

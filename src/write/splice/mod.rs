@@ -589,7 +589,23 @@ fn spliced_chunk(
     let survives = pages
         .iter()
         .any(|p| region_of(regions, p.first_row_index as u64).is_none());
-    let mut out = ChunkBuilder::default();
+    // Sized once: the kept pages are at most the chunk, the re-encoded ones come on top
+    // (growing a megabyte buffer by doubling copied it again and again).
+    let reencoded: i64 = regions
+        .iter()
+        .filter_map(|r| r.temp)
+        .map(|t| {
+            parts
+                .temp_metadata
+                .row_group(t)
+                .column(column)
+                .compressed_size()
+        })
+        .sum();
+    let mut out = ChunkBuilder {
+        bytes: Vec::with_capacity((chunk.compressed_size() + reencoded).max(0) as usize),
+        ..ChunkBuilder::default()
+    };
     let Some(first_page) = pages.first() else {
         return Ok(None);
     };
