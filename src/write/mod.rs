@@ -121,7 +121,12 @@ pub fn file_settings(config: &ParquetConfig, metadata: &TableMetadata) -> Result
     let mut builder = WriterProperties::builder()
         .set_writer_version(WriterVersion::PARQUET_2_0)
         .set_compression(parquet_compression(codec, level)?)
-        .set_created_by(created_by());
+        .set_created_by(created_by())
+        // Exact column statistics, as Java's Parquet writer keeps them: iceberg-rust
+        // builds a file's bounds from the row groups whose statistics are exact, so with
+        // arrow-rs's default (values cut at 64 bytes, marked inexact) a row group holding
+        // a long maximum was left out and the file's bound fell below a row it holds.
+        .set_statistics_truncate_length(None);
     if let Some(rows) = config.row_group_size {
         builder = builder.set_max_row_group_row_count(Some(rows));
     }
@@ -536,6 +541,48 @@ mod tests {
             let id = ColumnPath::new(vec!["id".into()]);
             assert_eq!(settings.properties.encoding(&id), None);
         }
+    }
+
+    /// A string column whose greatest value (100 bytes) lies in the first of two row
+    /// groups: the file's upper bound must be at least that value. iceberg-rust builds a
+    /// file's bounds from the row groups whose statistics are exact, so a truncated
+    /// (inexact) maximum in one row group left a bound below it, and a reader pruning by
+    /// it would skip the row.
+    #[tokio::test]
+    async fn string_bounds_hold_every_row_group() {
+        let mut json = serde_json::to_value(crate::fixture::table("{}", 2, "", "")).unwrap();
+        json["location"] = "memory:/t".into();
+        json["schemas"][0] = serde_json::json!({"type": "struct", "schema-id": 0, "fields": [
+            {"id": 1, "name": "s", "required": true, "type": "string"}]});
+        json["last-column-id"] = 1.into();
+        let table: TableMetadata = serde_json::from_value(json).unwrap();
+        let arrow = std::sync::Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(table.current_schema()).unwrap(),
+        );
+        let long = "z".repeat(100);
+        let values = vec![long.as_str(), "a", "m", "b"];
+        let batch = RecordBatch::try_new(
+            arrow,
+            vec![std::sync::Arc::new(arrow_array::StringArray::from(values))],
+        )
+        .unwrap();
+        let config = ParquetConfig {
+            row_group_size: Some(2),
+            ..ParquetConfig::default()
+        };
+        let settings = file_settings(&config, &table).unwrap();
+        let io = FileIO::new_with_memory();
+        let files = write_data_files(&[batch], &table, &io, &settings)
+            .await
+            .unwrap();
+        assert_eq!(files.len(), 1);
+        let upper = files[0].upper_bounds().get(&1);
+        assert!(
+            upper.is_none_or(|u| *u >= iceberg::spec::Datum::string(&long)),
+            "upper bound {upper:?}"
+        );
+        let lower = files[0].lower_bounds().get(&1);
+        assert!(lower.is_none_or(|l| *l <= iceberg::spec::Datum::string("a")));
     }
 
     /// Equality deletes of 10,000 keys, handed over in no order (as a call's keys come):
