@@ -120,7 +120,7 @@ pub async fn rewrite(
 
 /// The largest data file spliced: the splice holds the file, the new file and the
 /// re-encoded pages in memory at once, where the merging rewrite holds a row group.
-pub const SPLICE_MAX_FILE_BYTES: u64 = 64 << 20;
+const SPLICE_MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// What [`splice`] made of a file.
 enum Splice {
