@@ -37,6 +37,8 @@ pub struct RemovedRows {
     /// The touched column chunks (row group, leaf) whose minimum and maximum still
     /// hold exactly.
     chunks_exact: HashSet<(usize, usize)>,
+    /// Nulls among the removed rows of each touched column chunk (row group, leaf).
+    chunk_nulls: HashMap<(usize, usize), u64>,
 }
 
 impl RemovedRows {
@@ -56,22 +58,26 @@ impl RemovedRows {
         let mut lost = HashSet::new();
         for (leaf, column) in schema.columns().iter().enumerate() {
             let info = column.self_type().get_basic_info();
-            if !info.has_id() {
-                continue;
-            }
-            let id = info.id();
+            let id = info.has_id().then(|| info.id());
             for (group, removed_group) in groups.iter().zip(stats.row_groups()) {
                 let removed_chunk = removed_group.column(leaf).statistics();
                 let nulls = removed_chunk.and_then(Statistics::null_count_opt);
-                *removed.nulls.entry(id).or_default() += nulls.unwrap_or(0);
+                removed
+                    .chunk_nulls
+                    .insert((*group, leaf), nulls.unwrap_or(0));
                 let original = metadata.row_group(*group).column(leaf).statistics();
-                if still_exact(original, removed_chunk) {
+                let exact = still_exact(original, removed_chunk);
+                if exact {
                     removed.chunks_exact.insert((*group, leaf));
-                } else {
-                    lost.insert(id);
+                }
+                if let Some(id) = id {
+                    *removed.nulls.entry(id).or_default() += nulls.unwrap_or(0);
+                    if !exact {
+                        lost.insert(id);
+                    }
                 }
             }
-            if !lost.contains(&id) {
+            if let Some(id) = id.filter(|id| !lost.contains(id)) {
                 removed.bounds_kept.insert(id);
             }
         }
@@ -84,6 +90,11 @@ impl RemovedRows {
     /// one) still hold exactly: no removed row held either.
     pub(super) fn chunk_bounds_hold(&self, group: usize, leaf: usize) -> bool {
         self.chunks_exact.contains(&(group, leaf))
+    }
+
+    /// Nulls among the removed rows of leaf `leaf` in row group `group`.
+    pub(super) fn chunk_nulls(&self, group: usize, leaf: usize) -> u64 {
+        self.chunk_nulls.get(&(group, leaf)).copied().unwrap_or(0)
     }
 }
 

@@ -560,8 +560,7 @@ fn spliced_chunks(
     let columns = parts.metadata.row_group(index).num_columns();
     let mut chunks = Vec::with_capacity(columns);
     for column in 0..columns {
-        let bounds_hold = removed.chunk_bounds_hold(index, column);
-        match spliced_chunk(parts, (index, column), regions, bounds_hold)? {
+        match spliced_chunk(parts, (index, column), regions, removed)? {
             Some(chunk) => chunks.push(chunk),
             None => return Ok(None),
         }
@@ -574,18 +573,12 @@ fn spliced_chunk(
     parts: &Parts<'_>,
     (index, column): (usize, usize),
     regions: &[Region],
-    bounds_hold: bool,
+    removed: &RemovedRows,
 ) -> Result<Option<Chunk>> {
     let row_group = parts.metadata.row_group(index);
     let chunk = row_group.column(column);
     let pages =
         &parts.metadata.offset_index().expect("planned with offsets")[index][column].page_locations;
-    // Each page's nulls, when the column index has them for every page.
-    let original_nulls = parts
-        .metadata
-        .column_index()
-        .and_then(|c| c.get(index)?.get(column)?.null_counts())
-        .filter(|counts| counts.len() == pages.len());
     let survives = pages
         .iter()
         .any(|p| region_of(regions, p.first_row_index as u64).is_none());
@@ -630,19 +623,11 @@ fn spliced_chunk(
     } else {
         0
     };
-    // Nulls: the chunk's, less the replaced pages' (from the column index), plus the
-    // re-encoded pages'; unknown when either is.
-    let mut nulls = chunk
-        .statistics()
-        .and_then(Statistics::null_count_opt)
-        .map(|n| n as i64);
     let rows = row_group.num_rows() as u64;
-    // The pages outside the regions, in order; the replaced pages' nulls subtracted.
+    // The pages outside the regions, in order.
     for (page, location) in pages.iter().enumerate() {
         let first = location.first_row_index as u64;
         if region_of(regions, first).is_some() {
-            let replaced = original_nulls.and_then(|counts| counts.get(page).copied());
-            nulls = nulls.zip(replaced).map(|(n, r)| n - r);
             continue;
         }
         let next = pages
@@ -667,8 +652,6 @@ fn spliced_chunk(
         let Some(temp) = region.temp else { continue };
         let temp_chunk = parts.temp_metadata.row_group(temp).column(column);
         encodings |= temp_chunk.encodings_mask().as_i32();
-        let added = temp_chunk.statistics().and_then(Statistics::null_count_opt);
-        nulls = nulls.zip(added).map(|(n, a)| n + a as i64);
         let temp_rows = parts.temp_metadata.row_group(temp).num_rows() as u64;
         let temp_pages = &parts
             .temp_metadata
@@ -691,7 +674,12 @@ fn spliced_chunk(
     let Ok(encodings) = EncodingMask::try_new(encodings) else {
         return Ok(None);
     };
-    let nulls = nulls.filter(|&n| n >= 0).map(|n| n as u64);
+    // The chunk's nulls less the removed rows' (unknown when the chunk's are).
+    let nulls = chunk
+        .statistics()
+        .and_then(Statistics::null_count_opt)
+        .map(|n| n.saturating_sub(removed.chunk_nulls(index, column)));
+    let bounds_hold = removed.chunk_bounds_hold(index, column);
     out.finish(chunk, encodings, (nulls, bounds_hold)).map(Some)
 }
 
