@@ -63,13 +63,14 @@ fn layer_problems(config: &Config) -> Vec<String> {
     // tables floe creates cannot hold.
     let schema = config.schema_evolution.schema.clone();
     if let Some(name) = schema
+        .filter(|_| config.schema_evolution.format_version < 3)
         .and_then(|json| serde_json::from_value::<iceberg::spec::Schema>(json).ok())
         .as_ref()
         .and_then(crate::shred::infer::nanosecond_field)
     {
         problems.push(format!(
             "schema_evolution.schema: `{name}` is a nanosecond timestamp, which needs a v3 \
-             table; floe creates v2 tables"
+             table (set schema_evolution.format_version: 3)"
         ));
     }
     problems
@@ -113,11 +114,16 @@ mod tests {
         assert_eq!(
             problems(&config("timestamp_ns")),
             [
-                "schema_evolution.schema: `ts` is a nanosecond timestamp, which needs a v3 table; \
-              floe creates v2 tables"
+                "schema_evolution.schema: `ts` is a nanosecond timestamp, which needs a v3 table \
+              (set schema_evolution.format_version: 3)"
             ]
         );
         assert!(problems(&config("timestamp")).is_empty());
+        let v3 = config("timestamp_ns").replace(
+            r#""schema_evolution": {"#,
+            r#""schema_evolution": {"format_version": 3, "#,
+        );
+        assert!(problems(&v3).is_empty(), "{:?}", problems(&v3));
     }
 
     #[test]

@@ -609,6 +609,7 @@ fn v3_tables_take_appends_with_row_lineage_and_nanosecond_timestamps() {
             partition_spec: None,
             location: None,
             properties: Default::default(),
+            format_version: iceberg::spec::FormatVersion::V2,
         };
         writer.catalog().create_table(&ident, table).await
     })

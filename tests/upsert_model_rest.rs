@@ -7,11 +7,14 @@
 //! string. Each call's operations on a key apply in the order the calls arrived
 //! (`Writer::arrive`): the model applies the calls in that order. After every round the
 //! table is read by DuckDB and, where it reads the table's deletes, pyiceberg; every other
-//! round and at the end by Apache Iceberg's Java reader. A failure prints the seed, the
+//! round and at the end by Apache Iceberg's Java reader (every round on v3 tables). A failure prints the seed, the
 //! round, the reader and every operation on the first key that differs, in arrival order:
 //! the minimal stream that shows it. Copy-on-write writes pages of 1 or 2 rows in two
 //! seeds of three (the first among them), so that its rewrites splice pages (copying
 //! those without a replaced row), and such a seed fails if it spliced no file.
+//! Merge-on-read and positional run on v3 tables too (`schema_evolution.format_version`
+//! 3): positional then writes deletion vectors, and such a seed fails unless it wrote
+//! some, replaced some, and wrote no position-delete file.
 //! `FLOE_MODEL_SEEDS` sets the seeds per strategy (default 1; `make reliability` runs
 //! 100).
 
@@ -142,7 +145,7 @@ fn explain(got: &[Row], want: &[Row], history: &[(usize, usize, Op)]) -> String 
 fn read_table(
     writer: &Writer,
     table: &str,
-    strategy: &str,
+    (strategy, version): (&str, u8),
     java: bool,
 ) -> Vec<(&'static str, Vec<Row>)> {
     let rt = runtime();
@@ -153,6 +156,7 @@ fn read_table(
         .unwrap();
     let sql = "SELECT tenant, id, v FROM $T";
     let duck = json!({"metadata": loaded.metadata_location.unwrap(), "s3": services().duckdb_s3(), "sql": sql});
+    assert_eq!(loaded.metadata.format_version() as u8, version);
     let mut readers = vec![("DuckDB", rows_of(&read_back("duckdb-s3", duck)))];
     let args = services().pyiceberg_args(&format!("model.{table}"));
     if strategy != "merge-on-read" {
@@ -170,9 +174,9 @@ fn read_table(
     readers
 }
 
-fn run_seed(seed: u64, strategy: &str) -> Result<(), String> {
+fn run_seed(seed: u64, strategy: &str, version: u8) -> Result<(), String> {
     let rt = runtime();
-    let table = format!("{}_{seed}", strategy.replace('-', "_"));
+    let table = format!("{}_v{version}_{seed}", strategy.replace('-', "_"));
     let partition = match strategy {
         "merge-on-read" => "(tenant)",
         _ => "(bucket(4, n))",
@@ -186,6 +190,7 @@ fn run_seed(seed: u64, strategy: &str) -> Result<(), String> {
             "merge_strategy": strategy,
             "max_in_flight": CALLS_PER_ROUND,
             "schema_evolution": {"enabled": true, "partition_spec": partition,
+                "format_version": version,
                 "schema": {"type": "struct", "schema-id": 0, "fields": [
                     {"id": 1, "name": "tenant", "required": true, "type": "string"},
                     {"id": 2, "name": "id", "required": true, "type": "long"},
@@ -213,9 +218,9 @@ fn run_seed(seed: u64, strategy: &str) -> Result<(), String> {
             history.extend(ops.iter().map(|o| (round, call, o.clone())));
         }
         write_calls_in_arrival_order(&rt, &writer, calls, write_call)?;
-        let java = round % 2 == 1 || round + 1 == ROUNDS;
+        let java = version == 3 || round % 2 == 1 || round + 1 == ROUNDS;
         let want = expected(&model);
-        for (reader, got) in read_table(&writer, &table, strategy, java) {
+        for (reader, got) in read_table(&writer, &table, (strategy, version), java) {
             if got != want {
                 return Err(format!(
                     "seed {seed}, {strategy}, after round {round}, read by {reader}: {}",
@@ -224,10 +229,19 @@ fn run_seed(seed: u64, strategy: &str) -> Result<(), String> {
             }
         }
     }
-    if page_rows.is_some() {
-        let spliced = spliced_files(&writer, &table);
-        if spliced == 0 {
-            return Err(format!("seed {seed}, {strategy}: no file was spliced"));
+    if page_rows.is_some() && files_named(&writer, &table, "-spliced.parquet") == 0 {
+        return Err(format!("seed {seed}, {strategy}: no file was spliced"));
+    }
+    // On v3, positional deletes go into deletion vectors, never position-delete files.
+    if version == 3 && strategy == "merge-on-read-positional" {
+        let vectors = files_named(&writer, &table, "-deletes.puffin");
+        let position_files = files_named(&writer, &table, "-pos-deletes");
+        let replaced = replaced_deletion_vectors(&writer, &table);
+        if vectors == 0 || position_files > 0 || replaced == 0 {
+            return Err(format!(
+                "seed {seed}, v3 positional: {vectors} Puffin files, {position_files} \
+                 position-delete files, {replaced} deletion vectors replaced"
+            ));
         }
     }
     Ok(())
@@ -241,8 +255,27 @@ fn page_rows_of(seed: u64, strategy: &str) -> Option<u64> {
         .flatten()
 }
 
-/// Data files the splice wrote into the table's folder (named `…-spliced.parquet`).
-fn spliced_files(writer: &Writer, table: &str) -> usize {
+/// How many deletion vectors the table's snapshots replaced with new ones (each
+/// snapshot's `removed-delete-files`: positional writes remove no other delete files).
+fn replaced_deletion_vectors(writer: &Writer, table: &str) -> u64 {
+    let ident = floe::catalog::table_ident("model", table).unwrap();
+    let loaded = runtime()
+        .block_on(writer.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let figure = |s: &iceberg::spec::SnapshotRef| {
+        let removed = s
+            .summary()
+            .additional_properties
+            .get("removed-delete-files");
+        removed.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+    };
+    loaded.metadata.snapshots().map(figure).sum()
+}
+
+/// Files in the table's data folder whose names hold `suffix` (`-spliced.parquet`: the
+/// splice's).
+fn files_named(writer: &Writer, table: &str, suffix: &str) -> usize {
     let ident = floe::catalog::table_ident("model", table).unwrap();
     let loaded = runtime()
         .block_on(writer.catalog().load_table(&ident))
@@ -254,18 +287,20 @@ fn spliced_files(writer: &Writer, table: &str) -> usize {
         json!({"prefix": prefix, "s3": services().duckdb_s3()}),
     );
     let keys: Vec<String> = serde_json::from_value(out["rows"].clone()).unwrap();
-    keys.iter()
-        .filter(|k| k.ends_with("-spliced.parquet"))
-        .count()
+    keys.iter().filter(|k| k.contains(suffix)).count()
 }
 
 fn every_seed(strategy: &str) {
+    every_seed_of(strategy, 2);
+}
+
+fn every_seed_of(strategy: &str, version: u8) {
     let seeds: u64 = std::env::var("FLOE_MODEL_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let failures: Vec<String> = (1..=seeds)
-        .filter_map(|seed| run_seed(seed, strategy).err())
+        .filter_map(|seed| run_seed(seed, strategy, version).err())
         .collect();
     assert!(
         failures.is_empty(),
@@ -288,4 +323,14 @@ fn copy_on_write_equals_the_model_on_rest_and_s3_with_keys_moving_partitions() {
 #[test]
 fn positional_equals_the_model_on_rest_and_s3_with_keys_moving_partitions() {
     every_seed("merge-on-read-positional");
+}
+
+#[test]
+fn merge_on_read_equals_the_model_on_a_v3_table() {
+    every_seed_of("merge-on-read", 3);
+}
+
+#[test]
+fn positional_writes_deletion_vectors_that_equal_the_model_on_a_v3_table() {
+    every_seed_of("merge-on-read-positional", 3);
 }

@@ -18,7 +18,9 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use async_trait::async_trait;
-use iceberg::spec::{Schema, SnapshotReference, TableMetadataRef, UnboundPartitionSpec};
+use iceberg::spec::{
+    FormatVersion, Schema, SnapshotReference, TableMetadataRef, UnboundPartitionSpec,
+};
 use iceberg::{NamespaceIdent, TableIdent, TableRequirement, TableUpdate};
 
 use crate::Result;
@@ -95,6 +97,8 @@ pub struct NewTable {
     /// Where to put it; `None` lets the catalog choose.
     pub location: Option<String>,
     pub properties: HashMap<String, String>,
+    /// The table's Iceberg format version.
+    pub format_version: FormatVersion,
 }
 
 #[async_trait]

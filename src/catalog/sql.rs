@@ -249,6 +249,7 @@ impl Catalog for SqlCatalog {
             .schema(table.schema)
             .partition_spec_opt(table.partition_spec)
             .properties(table.properties)
+            .format_version(table.format_version)
             .build();
         let metadata = TableMetadataBuilder::from_table_creation(creation)?
             .build()?

@@ -251,6 +251,16 @@ impl Config {
             problems.push(format!("identifier_fields: {name:?} is not a column name"));
         }
         problems.extend(self.schema_evolution.problems(self.case_sensitive_columns));
+        if self.schema_evolution.format_version == 3
+            && self.merge_strategy == Some(MergeStrategy::CopyOnWrite)
+        {
+            problems.push(
+                "merge_strategy copy-on-write cannot rewrite the v3 tables \
+                 schema_evolution.format_version 3 creates (row lineage would change); use \
+                 merge-on-read or merge-on-read-positional (deletion vectors)"
+                    .into(),
+            );
+        }
         match self.catalog_kind() {
             Ok(CatalogKind::Embedded { .. }) => {
                 problems.extend(self.rest_only_settings().into_iter().map(|field| {
@@ -295,6 +305,13 @@ impl SchemaEvolution {
     /// (against the static schema, when there is one).
     pub(super) fn problems(&self, case_sensitive: bool) -> Vec<String> {
         let mut problems = Vec::new();
+        if !(2..=3).contains(&self.format_version) {
+            problems.push(format!(
+                "schema_evolution.format_version must be 2 or 3 (the Iceberg format of tables \
+                 floe creates), not {}",
+                self.format_version
+            ));
+        }
         if self.require_schema_metadata && self.schema_metadata.is_none() {
             problems.push(
                 "schema_evolution.require_schema_metadata needs schema_evolution.schema_metadata \

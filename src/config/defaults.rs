@@ -19,6 +19,10 @@ pub(super) fn default_oauth_uri() -> String {
     "/v1/oauth/tokens".into()
 }
 
+pub(super) fn default_format_version() -> u8 {
+    2
+}
+
 pub(super) fn default_max_retries() -> u32 {
     3
 }
@@ -41,6 +45,21 @@ pub(super) fn default_group_rows() -> usize {
 
 pub(super) fn default_group_bytes() -> usize {
     256 << 20
+}
+
+impl Default for SchemaEvolution {
+    fn default() -> Self {
+        SchemaEvolution {
+            enabled: false,
+            unknown_fields: UnknownFieldPolicy::default(),
+            schema_metadata: None,
+            require_schema_metadata: false,
+            partition_spec: None,
+            table_location: None,
+            schema: None,
+            format_version: default_format_version(),
+        }
+    }
 }
 
 impl Default for CommitConfig {

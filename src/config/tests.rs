@@ -120,6 +120,42 @@ fn problems_name_their_fields_and_are_all_reported() {
 }
 
 #[test]
+fn the_format_of_created_tables_is_2_or_3_and_3_is_not_rewritten() {
+    assert_eq!(
+        Config::from_json("{}")
+            .unwrap()
+            .schema_evolution
+            .format_version,
+        2
+    );
+    for (config, problem) in [
+        (r#"{"schema_evolution": {"format_version": 3}}"#, None),
+        (
+            r#"{"schema_evolution": {"format_version": 1}}"#,
+            Some(
+                "schema_evolution.format_version must be 2 or 3 (the Iceberg format of tables floe creates), not 1",
+            ),
+        ),
+        (
+            r#"{"merge_strategy": "copy-on-write", "schema_evolution": {"format_version": 3}}"#,
+            Some(
+                "merge_strategy copy-on-write cannot rewrite the v3 tables schema_evolution.format_version 3 creates (row lineage would change); use merge-on-read or merge-on-read-positional (deletion vectors)",
+            ),
+        ),
+        (
+            r#"{"merge_strategy": "merge-on-read-positional", "schema_evolution": {"format_version": 3}}"#,
+            None,
+        ),
+    ] {
+        assert_eq!(
+            Config::problems(config),
+            problem.into_iter().collect::<Vec<_>>(),
+            "{config}"
+        );
+    }
+}
+
+#[test]
 fn durations_go_accepts_and_refuses() {
     let d = |t| parse_duration(t).unwrap();
     assert_eq!(d("+5s"), std::time::Duration::from_secs(5));

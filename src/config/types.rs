@@ -94,7 +94,7 @@ impl MergeStrategy {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchemaEvolution {
     /// Create the namespace and table when missing, and evolve its schema on write: new
@@ -123,6 +123,11 @@ pub struct SchemaEvolution {
     /// inferred when absent.
     #[serde(default, deserialize_with = "json_or_text")]
     pub schema: Option<serde_json::Value>,
+    /// The Iceberg format version of tables floe creates: 2, which every reader reads, or
+    /// 3 (row lineage, nanosecond timestamps, deletion vectors), which fewer readers do
+    /// yet (see docs/upserts.md). Existing tables keep their own.
+    #[serde(default = "default_format_version")]
+    pub format_version: u8,
 }
 
 /// What a field that is not a column does when schema evolution is off.

@@ -301,5 +301,6 @@ async fn without_files(
     let content = (ManifestContentType::Data, spec.as_ref().clone());
     let bin = std::slice::from_ref(source);
     let io = (file_io, cache);
-    rewrite_manifest(metadata, io, snapshot_id, path, bin, content, removed).await
+    let removes = |f: &DataFile| removed.contains(f.file_path());
+    rewrite_manifest(metadata, io, snapshot_id, path, bin, content, &removes).await
 }

@@ -12,6 +12,7 @@
 
 pub mod conform;
 pub mod cow;
+pub mod deletion_vectors;
 pub mod keys;
 pub mod lookup;
 pub mod positional;

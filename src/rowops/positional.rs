@@ -6,6 +6,9 @@
 //!
 //! A row already deleted by a live position delete is not deleted again, so a key
 //! upserted many times costs one position delete per upsert, not one per earlier row.
+//!
+//! On v3 tables the positions go into deletion vectors instead
+//! ([`super::deletion_vectors`]).
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,26 +21,25 @@ use iceberg::spec::{
     TableMetadata,
 };
 
+use uuid::Uuid;
+
+use super::deletion_vectors;
 use super::lookup::{Hit, has_live_files, load, open_data_file, unreadable};
 use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::manifest_cache::ManifestCache;
+use crate::write::deletion_vector::is_deletion_vector;
 use crate::write::{
     DELETE_FILE_PATH_FIELD_ID, DeletedRows, FileSettings, write_position_delete_files,
 };
 
-/// Position deletes exist in format v2 only: v1 has no delete files, and v3 replaces
-/// them with deletion vectors.
+/// Position deletes exist from format v2 on (v1 has no delete files); v3 keeps them in
+/// deletion vectors.
 pub fn check_table(metadata: &TableMetadata) -> Result<()> {
     match metadata.format_version() {
-        FormatVersion::V2 => Ok(()),
+        FormatVersion::V2 | FormatVersion::V3 => Ok(()),
         FormatVersion::V1 => Err(Error::config(
-            "merge-on-read-positional needs an Iceberg format v2 table; this one is v1",
-        )),
-        FormatVersion::V3 => Err(Error::config(
-            "merge-on-read-positional writes position-delete files, which Iceberg v3 tables \
-             replace with deletion vectors (not written by floe yet); use merge-on-read or \
-             a v2 table",
+            "merge-on-read-positional needs an Iceberg format v2 or v3 table; this one is v1",
         )),
     }
 }
@@ -47,6 +49,7 @@ pub fn check_table(metadata: &TableMetadata) -> Result<()> {
 pub async fn delete_positions(
     metadata: &TableMetadata,
     (file_io, cache): (&FileIO, &ManifestCache),
+    ids: (i64, Uuid, u32),
     carried: Vec<ManifestFile>,
     hits: Vec<Hit>,
     settings: &FileSettings,
@@ -64,6 +67,10 @@ pub async fn delete_positions(
         )));
     }
     let already = deleted_positions(file_io, cache, &carried, &hits).await?;
+    if metadata.format_version() >= FormatVersion::V3 {
+        let io = (file_io, cache);
+        return deletion_vectors::replace(metadata, io, ids, carried, hits, already, written).await;
+    }
     let deleted: Vec<DeletedRows> = hits
         .into_iter()
         .map(|hit| {
@@ -89,8 +96,9 @@ pub async fn delete_positions(
     })
 }
 
-/// The positions of `hits`' files that live position deletes of `carried` remove
-/// already (only delete files of the same partition apply).
+/// The positions of `hits`' files that live position-delete files of `carried` remove
+/// already (only delete files of the same partition apply; deletion vectors are read by
+/// [`super::deletion_vectors`]).
 async fn deleted_positions(
     file_io: &FileIO,
     cache: &ManifestCache,
@@ -108,7 +116,7 @@ async fn deleted_positions(
         let entries = load(cache, file_io, manifest).await?;
         for entry in entries.entries().iter().filter(|e| e.is_alive()) {
             let file = entry.data_file();
-            if file.content_type() != DataContentType::PositionDeletes {
+            if file.content_type() != DataContentType::PositionDeletes || is_deletion_vector(file) {
                 continue;
             }
             let relevant: HashSet<&str> = hits

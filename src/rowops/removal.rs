@@ -66,6 +66,7 @@ pub async fn remove_touched_rows(
             positional::delete_positions(
                 metadata,
                 (file_io, cache),
+                ids,
                 carried,
                 hits,
                 &remove.settings,

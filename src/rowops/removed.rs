@@ -48,10 +48,12 @@ pub struct Removed {
     /// The head's manifests, with each one that held a rewritten file replaced by a copy
     /// marking it DELETED.
     pub manifests: Vec<ManifestFile>,
-    /// Rewritten (removed) data files, with the partition spec id of their manifest.
+    /// Removed files, with the partition spec id of their manifest: data files a
+    /// rewrite replaced, or deletion vectors replaced by new ones holding their
+    /// positions too.
     pub removed: Vec<(DataFile, i32)>,
     /// The remaining rows of the rewritten files.
     pub added: Vec<DataFile>,
-    /// Position-delete files for the touched rows.
+    /// Position-delete files (deletion vectors on v3) for the touched rows.
     pub position_deletes: Vec<DataFile>,
 }

@@ -24,11 +24,11 @@
 //! Manifests this writer wrote are merged from the entries it remembers
 //! ([`ManifestCache::written`]) instead of being read back.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    ManifestContentType, ManifestFile, ManifestStatus, PartitionSpec, TableMetadata,
+    DataFile, ManifestContentType, ManifestFile, ManifestStatus, PartitionSpec, TableMetadata,
 };
 use uuid::Uuid;
 
@@ -206,7 +206,7 @@ async fn merge_kind(
                 &path,
                 &bin,
                 (content, spec),
-                &HashSet::new(),
+                &|_| false,
             )
             .await?;
             written.push(path);
@@ -244,7 +244,8 @@ fn pack(manifests: Vec<ManifestFile>, target: u64) -> Vec<Vec<ManifestFile>> {
 
 /// Writes the live entries of the manifests `bin` (of `content`, under `spec`) as one
 /// manifest at `path`, keeping their snapshot ids and sequence numbers: EXISTING, or
-/// DELETED for the files in `removed` (a copy-on-write commit removing them).
+/// DELETED for the files `removed` picks (a copy-on-write commit removing them, a
+/// deletion vector replaced by a new one).
 pub(crate) async fn rewrite(
     metadata: &TableMetadata,
     (file_io, cache): (&FileIO, &ManifestCache),
@@ -252,7 +253,7 @@ pub(crate) async fn rewrite(
     path: &str,
     bin: &[ManifestFile],
     (content, spec): (ManifestContentType, PartitionSpec),
-    removed: &HashSet<String>,
+    removed: &(dyn Fn(&DataFile) -> bool + Sync),
 ) -> Result<ManifestFile> {
     let mut remembered = Vec::new();
     for source in bin {
@@ -275,7 +276,7 @@ pub(crate) async fn rewrite(
             // closest known value (equal unless the file was rewritten by a compaction).
             let file_sequence = entry.file_sequence_number.or(Some(sequence));
             let file = entry.data_file;
-            let status = match removed.contains(file.file_path()) {
+            let status = match removed(&file) {
                 true => ManifestStatus::Deleted,
                 false => ManifestStatus::Existing,
             };
@@ -443,12 +444,13 @@ pub(crate) mod tests {
             listed.push(manifest);
         }
         // A copy-on-write commit removing one file as it merges.
-        let removed = HashSet::from(["memory:/t/data/2.parquet".to_string()]);
+        let removed = std::collections::HashSet::from(["memory:/t/data/2.parquet".to_string()]);
         let merge = |cache, path| {
             let (io, metadata, listed, removed, spec) = (&io, &metadata, &listed, &removed, &spec);
             async move {
                 let content = (ManifestContentType::Data, spec.clone());
-                let merged = rewrite(metadata, (io, cache), 20, path, listed, content, removed)
+                let removes = |f: &DataFile| removed.contains(f.file_path());
+                let merged = rewrite(metadata, (io, cache), 20, path, listed, content, &removes)
                     .await
                     .unwrap();
                 let bytes = io.new_input(path).unwrap().read().await.unwrap();

@@ -5,6 +5,7 @@
 //! this module chooses its settings (config first, then the table's `write.*`
 //! properties, then floe's defaults) and fans rows out by partition.
 
+pub mod deletion_vector;
 pub mod splice;
 
 use std::collections::HashMap;

@@ -2,6 +2,7 @@
 //! schema evolution may.
 
 use super::*;
+use iceberg::spec::FormatVersion;
 
 impl Writer {
     pub(super) async fn open_table<'m, 'p: 'm>(
@@ -99,12 +100,18 @@ impl Writer {
                 })?
             }
         };
-        if let Some(name) = crate::shred::infer::nanosecond_field(&schema) {
+        let format_version = match evolution.format_version {
+            3 => FormatVersion::V3,
+            _ => FormatVersion::V2,
+        };
+        if format_version < FormatVersion::V3
+            && let Some(name) = crate::shred::infer::nanosecond_field(&schema)
+        {
             return Err(Error::new(
                 ErrorKind::Data,
                 format!(
                     "cannot create {ident}: `{name}` is a nanosecond timestamp, which needs a v3 \
-                     table; floe creates v2 tables (create it as v3 with another tool)"
+                     table (set schema_evolution.format_version: 3)"
                 ),
             ));
         }
@@ -154,7 +161,8 @@ impl Writer {
             None => None,
         };
         self.catalog.ensure_namespace(ident.namespace()).await?;
-        self.catalog
+        let created = self
+            .catalog
             .create_table(
                 ident,
                 NewTable {
@@ -164,9 +172,21 @@ impl Writer {
                     // Recorded where readers apply no delete files, so other writers
                     // follow.
                     properties: created_table_properties(strategy),
+                    format_version,
                 },
             )
-            .await
+            .await?;
+        // A catalog that ignores the asked version would leave the pipeline writing
+        // something other than the config says (v3 upserts write deletion vectors).
+        let made = created.metadata.format_version();
+        if format_version == FormatVersion::V3 && made != format_version {
+            return Err(Error::config(format!(
+                "schema_evolution.format_version is 3, but the catalog created {ident} as \
+                 v{} (it ignores the `format-version` property)",
+                made as u8
+            )));
+        }
+        Ok(created)
     }
 }
 

@@ -120,6 +120,15 @@ impl RestCatalog {
     }
 
     pub(super) async fn create(&self, ident: &TableIdent, table: NewTable) -> Result<LoadedTable> {
+        let mut properties = table.properties;
+        // Catalogs take the format of a new table from this reserved property; v2 is
+        // every catalog's default today, so it is sent only for another version.
+        if table.format_version != iceberg::spec::FormatVersion::V2 {
+            properties.insert(
+                "format-version".into(),
+                (table.format_version as u8).to_string(),
+            );
+        }
         let request = CreateTableRequest {
             name: ident.name().to_string(),
             location: table.location,
@@ -127,7 +136,7 @@ impl RestCatalog {
             partition_spec: table.partition_spec,
             write_order: None,
             stage_create: Some(false),
-            properties: table.properties,
+            properties,
         };
         let url = format!(
             "{}/namespaces/{}/tables",

@@ -17,9 +17,11 @@ pub(super) async fn plan(b: &mut SnapshotBuilder<'_>, remove: &RemoveKeys) -> Re
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::super::test_table::{MemoryTable, figure, operation, rows};
     use crate::rowops::removal::Removal;
-    use iceberg::spec::Operation;
+    use iceberg::spec::{FormatVersion, Operation};
 
     #[tokio::test]
     async fn touched_rows_are_deleted_by_position() {
@@ -41,6 +43,56 @@ mod tests {
         // The snapshot's own rows with those keys stay: its deletes name the head's files.
         assert_eq!(t.rows().await, rows(&[(1, "a"), (2, "B"), (7, "g")]));
         assert_eq!(t.file_counts().await, (2, 1, 0));
+    }
+
+    /// On v3 the positions go into deletion vectors: one live vector per data file,
+    /// each new one holding the old one's positions, which it replaces.
+    #[tokio::test]
+    async fn v3_keeps_one_deletion_vector_per_data_file() {
+        let mut t = MemoryTable::of_version(FormatVersion::V3);
+        t.insert(&[(1, "a"), (2, "b"), (3, "c"), (4, "d")]).await;
+        t.insert(&[(5, "e"), (6, "f")]).await;
+        let mut want: BTreeMap<i64, String> = (1..=6)
+            .map(|id| {
+                (
+                    id,
+                    ["a", "b", "c", "d", "e", "f"][id as usize - 1].to_string(),
+                )
+            })
+            .collect();
+        // Each round upserts some keys and deletes one; keys 1 and 5 again and again.
+        let rounds: [(&[(i64, &str)], i64); 4] = [
+            (&[(1, "a1"), (5, "e1")], 2),
+            (&[(1, "a2"), (6, "f2")], 3),
+            (&[(5, "e3")], 1),
+            (&[(7, "g4")], 7),
+        ];
+        for (upserts, deleted) in rounds {
+            let files = t.data_files(upserts).await;
+            let mut keys: Vec<i64> = upserts.iter().map(|(id, _)| *id).collect();
+            keys.push(deleted);
+            let remove = t.remove(&keys, Removal::PositionDeletes);
+            let prepared = t
+                .prepare(&t.changes(files, Vec::new(), Some(remove)))
+                .await
+                .unwrap();
+            t.commit(prepared);
+            want.remove(&deleted);
+            want.extend(upserts.iter().map(|(id, v)| (*id, v.to_string())));
+            let got: BTreeMap<i64, String> = t.rows().await.into_iter().collect();
+            assert_eq!(got, want);
+        }
+        // rows() has checked that no data file has two live vectors.
+        let (_, vectors, _) = t.file_counts().await;
+        assert!(vectors >= 2, "{vectors} live deletion vectors");
+        // The running totals follow the replaced vectors out.
+        let head = t.table.metadata.current_snapshot().unwrap().summary();
+        let total = &head.additional_properties["total-position-deletes"];
+        assert_eq!(total, &t.live_position_deletes().await.to_string());
+        assert_eq!(
+            head.additional_properties["total-delete-files"],
+            vectors.to_string()
+        );
     }
 
     #[tokio::test]

@@ -1,7 +1,8 @@
 //! A table in memory for the snapshot operations' unit tests: `id` (long, the key) and
-//! `v` (string), unpartitioned, format v2, committed by applying each prepared commit's
-//! updates locally; and a small reader that applies position and equality deletes by
-//! the spec's sequence-number rules, to say which rows the table holds.
+//! `v` (string), unpartitioned, format v2 (or v3), committed by applying each prepared
+//! commit's updates locally; and a small reader that applies position deletes,
+//! deletion vectors and equality deletes by the spec's sequence-number rules, to say
+//! which rows the table holds.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use crate::rowops::keys::KeyColumns;
 use crate::rowops::removal::{Removal, RemoveKeys};
 use crate::table::manifest_cache::ManifestCache;
 use crate::table::merge::MergePolicy;
+use crate::write::deletion_vector::{is_deletion_vector, read_deletion_vector};
 use crate::write::{FileSettings, file_settings};
 
 pub(super) struct MemoryTable {
@@ -32,6 +34,10 @@ pub(super) struct MemoryTable {
 
 impl MemoryTable {
     pub(super) fn new() -> Self {
+        Self::of_version(iceberg::spec::FormatVersion::V2)
+    }
+
+    pub(super) fn of_version(version: iceberg::spec::FormatVersion) -> Self {
         let schema = Schema::builder()
             .with_schema_id(0)
             .with_identifier_field_ids([1])
@@ -46,7 +52,7 @@ impl MemoryTable {
             UnboundPartitionSpec::builder().build(),
             SortOrder::unsorted_order(),
             "memory:/t".to_string(),
-            iceberg::spec::FormatVersion::V2,
+            version,
             HashMap::new(),
         )
         .unwrap()
@@ -197,7 +203,21 @@ impl MemoryTable {
         let files = self.live_files().await;
         let mut positions: HashMap<(String, i64), i64> = HashMap::new();
         let mut equality: Vec<(i64, i64)> = Vec::new();
+        let mut vectors = std::collections::HashSet::new();
         for (content, file, sequence) in &files {
+            if is_deletion_vector(file) {
+                let target = file.referenced_data_file().unwrap();
+                assert!(vectors.insert(target.clone()), "two vectors for {target}");
+                let read = read_deletion_vector(&self.io, file).await.unwrap();
+                assert_eq!(read.len(), file.record_count());
+                for at in read {
+                    let newest = positions
+                        .entry((target.clone(), at as i64))
+                        .or_insert(*sequence);
+                    *newest = (*newest).max(*sequence);
+                }
+                continue;
+            }
             let batches = self.read(file.file_path()).await;
             for batch in batches {
                 match content {
@@ -252,6 +272,15 @@ impl MemoryTable {
             count(DataContentType::PositionDeletes),
             count(DataContentType::EqualityDeletes),
         )
+    }
+
+    /// The positions the head's live position deletes (and deletion vectors) name.
+    pub(super) async fn live_position_deletes(&self) -> u64 {
+        let files = self.live_files().await;
+        let deletes = files
+            .iter()
+            .filter(|(k, _, _)| *k == DataContentType::PositionDeletes);
+        deletes.map(|(_, f, _)| f.record_count()).sum()
     }
 
     /// The contents of the head's manifests, in list order.

@@ -1,0 +1,184 @@
+//! Positional merge-on-read on v3 tables: the touched rows' positions go into deletion
+//! vectors ([`crate::write::deletion_vector`]), one per touched data file, all in one
+//! Puffin file per commit attempt.
+//!
+//! The spec allows one live deletion vector per data file. A file that has one already
+//! gets a new one holding the old positions and the new, and the old one's manifest
+//! entry is marked DELETED in the same snapshot (its manifest is rewritten; a Puffin
+//! file can hold vectors of other data files, so entries are told apart by offset).
+//! Positions of older position-delete files (a table upgraded from v2) are folded into
+//! the vector too: readers that find a deletion vector for a file ignore those.
+//! A file whose touched rows are all deleted already gets no new vector.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use iceberg::io::FileIO;
+use iceberg::spec::{
+    DataContentType, DataFile, ManifestContentType, ManifestFile, PartitionKey, TableMetadata,
+};
+use iceberg::writer::file_writer::location_generator::{
+    DefaultLocationGenerator, LocationGenerator,
+};
+use roaring::RoaringTreemap;
+use uuid::Uuid;
+
+use super::lookup::{Hit, has_live_files, load};
+use super::removed::Removed;
+use crate::error::{Error, Result};
+use crate::table::manifest_cache::ManifestCache;
+use crate::table::merge::rewrite as rewrite_manifest;
+use crate::write::deletion_vector::{
+    DeletionVector, is_deletion_vector, read_deletion_vector, write_deletion_vectors,
+};
+
+/// A live deletion vector of the head: its entry, the index of the manifest listing it
+/// (in the head's manifests) and that manifest's partition spec id.
+struct LiveVector {
+    entry: DataFile,
+    manifest: usize,
+    spec_id: i32,
+}
+
+/// Writes the deletion vectors of `hits`' files (with `folded`, the positions older
+/// position-delete files remove, and each file's live vector) and removes the vectors
+/// they replace from `carried`, the head's manifests.
+pub async fn replace(
+    metadata: &TableMetadata,
+    (file_io, cache): (&FileIO, &ManifestCache),
+    (snapshot_id, commit_id, attempt): (i64, Uuid, u32),
+    carried: Vec<ManifestFile>,
+    hits: Vec<Hit>,
+    mut folded: HashMap<String, HashSet<u64>>,
+    written: &mut Vec<String>,
+) -> Result<Removed> {
+    let targets: HashSet<&str> = hits.iter().map(|h| h.file.file_path()).collect();
+    let live = live_vectors(file_io, cache, &carried, &targets).await?;
+    let mut vectors = Vec::new();
+    let mut replaced: Vec<&LiveVector> = Vec::new();
+    for hit in &hits {
+        let path = hit.file.file_path();
+        let old = live.get(path);
+        let mut positions = match old {
+            Some(old) => read_deletion_vector(file_io, &old.entry).await?,
+            None => RoaringTreemap::new(),
+        };
+        positions.extend(folded.remove(path).unwrap_or_default());
+        let before = positions.len();
+        positions.extend(hit.positions.iter().copied());
+        if positions.len() == before {
+            continue; // every touched row is deleted already
+        }
+        replaced.extend(old);
+        vectors.push(DeletionVector {
+            data_file: path.to_string(),
+            partition: hit.file.partition().clone(),
+            positions,
+        });
+    }
+    let spec_id = metadata.default_partition_spec_id();
+    let mut added = Vec::new();
+    if !vectors.is_empty() {
+        let path = puffin_path(metadata)?;
+        written.push(path.clone());
+        added = write_deletion_vectors(&vectors, &path, spec_id, file_io).await?;
+    }
+    let mut by_manifest: BTreeMap<usize, HashSet<(&str, Option<i64>)>> = BTreeMap::new();
+    for old in &replaced {
+        by_manifest
+            .entry(old.manifest)
+            .or_default()
+            .insert((old.entry.file_path(), old.entry.content_offset()));
+    }
+    let mut manifests = Vec::with_capacity(carried.len());
+    for (n, manifest) in carried.iter().enumerate() {
+        let Some(gone) = by_manifest.get(&n) else {
+            manifests.push(manifest.clone());
+            continue;
+        };
+        let path = format!(
+            "{}/metadata/{commit_id}-{snapshot_id}-{attempt}-dv{n}.avro",
+            metadata.location()
+        );
+        written.push(path.clone());
+        let spec = metadata
+            .partition_spec_by_id(manifest.partition_spec_id)
+            .ok_or_else(|| {
+                Error::internal(format!(
+                    "manifest {} names partition spec {}, which the table does not have",
+                    manifest.manifest_path, manifest.partition_spec_id
+                ))
+            })?;
+        let content = (ManifestContentType::Deletes, spec.as_ref().clone());
+        let removes = |f: &DataFile| {
+            is_deletion_vector(f) && gone.contains(&(f.file_path(), f.content_offset()))
+        };
+        let io = (file_io, cache);
+        let bin = std::slice::from_ref(manifest);
+        manifests.push(
+            rewrite_manifest(metadata, io, snapshot_id, &path, bin, content, &removes).await?,
+        );
+    }
+    Ok(Removed {
+        manifests,
+        removed: replaced
+            .iter()
+            .map(|old| (old.entry.clone(), old.spec_id))
+            .collect(),
+        position_deletes: added,
+        ..Removed::default()
+    })
+}
+
+/// The live deletion vectors of `carried` for the data files `targets`, by data file.
+async fn live_vectors(
+    file_io: &FileIO,
+    cache: &ManifestCache,
+    carried: &[ManifestFile],
+    targets: &HashSet<&str>,
+) -> Result<HashMap<String, LiveVector>> {
+    let mut live: HashMap<String, LiveVector> = HashMap::new();
+    if targets.is_empty() {
+        return Ok(live);
+    }
+    for (n, manifest) in carried.iter().enumerate() {
+        if manifest.content != ManifestContentType::Deletes || !has_live_files(manifest) {
+            continue;
+        }
+        let entries = load(cache, file_io, manifest).await?;
+        for entry in entries.entries().iter().filter(|e| e.is_alive()) {
+            let file = entry.data_file();
+            if file.content_type() != DataContentType::PositionDeletes || !is_deletion_vector(file)
+            {
+                continue;
+            }
+            let Some(target) = file.referenced_data_file() else {
+                return Err(Error::internal(format!(
+                    "deletion vector in {} names no data file",
+                    file.file_path()
+                )));
+            };
+            if !targets.contains(target.as_str()) {
+                continue;
+            }
+            let found = LiveVector {
+                entry: file.clone(),
+                manifest: n,
+                spec_id: manifest.partition_spec_id,
+            };
+            if live.insert(target.clone(), found).is_some() {
+                return Err(Error::internal(format!(
+                    "data file {target} has two live deletion vectors (the spec allows one)"
+                )));
+            }
+        }
+    }
+    Ok(live)
+}
+
+/// Where a commit attempt's Puffin file goes: among the table's data files (a file can
+/// hold vectors of several partitions, so in no partition's folder).
+fn puffin_path(metadata: &TableMetadata) -> Result<String> {
+    let name = format!("00000-{}-deletes.puffin", Uuid::new_v4());
+    let locations = DefaultLocationGenerator::new(metadata).map_err(Error::from)?;
+    Ok(locations.generate_location(None::<&PartitionKey>, &name))
+}
