@@ -114,12 +114,18 @@ enum Strategy {
 /// Runs the random stream on the embedded catalog, checking every commit with DuckDB,
 /// iceberg-rust's scan and (except merge-on-read) pyiceberg.
 fn model_run_embedded(strategy: Strategy) {
+    model_run_embedded_of(strategy, 2);
+}
+
+/// The same on a table of format `version`.
+fn model_run_embedded_of(strategy: Strategy, version: u8) {
     let dir = tempfile::tempdir().unwrap();
     let wh = dir.path().join("wh");
     let pyiceberg = json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
                            "warehouse": format!("file://{}", wh.display()), "table": "up.t"});
     model_run(
-        json!({"catalog": {"warehouse": wh.to_str().unwrap()}}),
+        json!({"catalog": {"warehouse": wh.to_str().unwrap()},
+               "schema_evolution": {"format_version": version}}),
         ("t", None),
         strategy,
         ("pyiceberg-sql", pyiceberg),
@@ -213,11 +219,17 @@ fn model_run(
             want,
             "DuckDB after batch {batch}"
         );
-        assert_eq!(
-            scanned(&rt, &writer, &config),
-            want,
-            "iceberg-rust after batch {batch}"
-        );
+        // iceberg-rust 0.10.1 reads no deletion vectors (it opens the Puffin file as
+        // Parquet and fails): not a reader of v3 positional tables.
+        let vectors =
+            strategy == Strategy::Positional && config.schema_evolution.format_version == 3;
+        if !vectors {
+            assert_eq!(
+                scanned(&rt, &writer, &config),
+                want,
+                "iceberg-rust after batch {batch}"
+            );
+        }
         if strategy != Strategy::MergeOnRead {
             let out = read_back(pyiceberg.0, pyiceberg.1.clone());
             assert_eq!(rows_of(&out), want, "pyiceberg after batch {batch}");
@@ -274,6 +286,8 @@ fn model_run(
         .collect();
     ids.sort();
     assert_eq!(ids, vec![1, 2], "tables floe creates register the key");
+    let version = table.metadata.format_version() as u8;
+    assert_eq!(version, config.schema_evolution.format_version);
 }
 
 #[test]
@@ -289,6 +303,19 @@ fn copy_on_write_matches_the_model_on_the_embedded_catalog() {
 #[test]
 fn positional_matches_the_model_on_the_embedded_catalog() {
     model_run_embedded(Strategy::Positional);
+}
+
+/// On a v3 table positional writes deletion vectors; the summary's totals still say the
+/// live rows (records written less positions deleted), which holds only if every
+/// replaced vector's positions left the totals with it.
+#[test]
+fn positional_writes_deletion_vectors_on_a_v3_table_on_the_embedded_catalog() {
+    model_run_embedded_of(Strategy::Positional, 3);
+}
+
+#[test]
+fn merge_on_read_matches_the_model_on_a_v3_table_on_the_embedded_catalog() {
+    model_run_embedded_of(Strategy::MergeOnRead, 3);
 }
 
 /// Partitioned by a column that is not part of the key and changes with every message:
@@ -1865,17 +1892,35 @@ fn positional_follows_the_merge_on_read_write_mode() {
     assert_eq!(scanned(&rt, &w, &positional), expected(&model));
 }
 
+/// A v2 table with position-delete files, upgraded to v3: positional upserts then write
+/// deletion vectors, which must hold the old position deletes of their data file too,
+/// since Apache Iceberg's Java reader ignores a file's position deletes once it has a
+/// vector (a vector without them would bring those rows back).
 #[test]
-fn positional_refuses_v3_tables_clearly() {
+fn positional_on_a_table_upgraded_to_v3_folds_position_deletes_into_vectors() {
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let config = embedded(
-        dir.path(),
-        json!({"merge_strategy": "merge-on-read-positional"}),
+    let table = "upgraded_v3";
+    let mut cfg = services().floe_config();
+    merge(
+        &mut cfg,
+        json!({"namespace": "up", "table": table, "identifier_fields": ["tenant", "id"],
+               "merge_strategy": "merge-on-read-positional",
+               "schema_evolution": {"enabled": true, "schema": schema()}}),
     );
+    let config = Config::from_json(&cfg.to_string()).unwrap();
     let w = rt.block_on(Writer::open(config.clone())).unwrap();
-    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"x"}"#)]);
-    let ident = table_ident("up", "t").unwrap();
+    let row = |id: i64, v: &str| format!(r#"{{"tenant":"t","id":{id},"v":"{v}"}}"#);
+    let rows: Vec<String> = (1..=6).map(|id| row(id, "a")).collect();
+    let inserts: Vec<(&str, &str)> = rows.iter().map(|r| ("insert", r.as_str())).collect();
+    call(&rt, &w, &inserts);
+    // v2: position-delete files for rows 1 and 2 of the first file.
+    let (one, two) = (row(1, "b"), row(2, "x"));
+    call(
+        &rt,
+        &w,
+        &[("upsert", one.as_str()), ("delete", two.as_str())],
+    );
+    let ident = table_ident("up", table).unwrap();
     rt.block_on(w.catalog().commit(
         &ident,
         vec![],
@@ -1885,17 +1930,36 @@ fn positional_refuses_v3_tables_clearly() {
     ))
     .unwrap();
     drop(w);
-    let e = rt
-        .block_on(async {
-            let w = Writer::open(config.clone()).await?;
-            let m = [Message {
-                operation: Some("upsert"),
-                ..Message::insert(br#"{"tenant":"t","id":1,"v":"y"}"#)
-            }];
-            w.write_batch(&m).await.map(|_| ())
-        })
-        .unwrap_err();
-    assert!(e.to_string().contains("v3"), "{e}");
+    let w = rt.block_on(Writer::open(config)).unwrap();
+    // v3: a vector for the first file (rows 3 and 4), then one replacing it (row 5).
+    let (three, four, five) = (row(3, "c"), row(4, "x"), row(5, "e"));
+    call(
+        &rt,
+        &w,
+        &[("upsert", three.as_str()), ("delete", four.as_str())],
+    );
+    call(&rt, &w, &[("upsert", five.as_str())]);
+    let want = vec![
+        json!(["t", 1, "b"]),
+        json!(["t", 3, "c"]),
+        json!(["t", 5, "e"]),
+        json!(["t", 6, "a"]),
+    ];
+    let args = services().pyiceberg_args(&format!("up.{table}"));
+    for reader in ["java-rest", "pyiceberg-rest"] {
+        let mut got: Vec<Value> = rows_of(&read_back(reader, args.clone()));
+        got.sort_by_key(|r| r.to_string());
+        assert_eq!(got, want, "{reader}");
+    }
+    let loaded = rt
+        .block_on(w.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let head = loaded.metadata.current_snapshot().unwrap().summary();
+    let props = &head.additional_properties;
+    // The v2 position-delete files stay (other files' rows may need them); one vector.
+    assert_eq!(props["removed-delete-files"], "1", "{props:?}");
+    assert_eq!(props["added-delete-files"], "1", "{props:?}");
 }
 
 // Found by an attack on the positional commit path.
