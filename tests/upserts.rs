@@ -1895,7 +1895,8 @@ fn positional_follows_the_merge_on_read_write_mode() {
 /// A v2 table with position-delete files, upgraded to v3: positional upserts then write
 /// deletion vectors, which must hold the old position deletes of their data file too,
 /// since Apache Iceberg's Java reader ignores a file's position deletes once it has a
-/// vector (a vector without them would bring those rows back).
+/// vector (a vector without them would bring those rows back); the old file, naming
+/// only that data file, leaves with it.
 #[test]
 fn positional_on_a_table_upgraded_to_v3_folds_position_deletes_into_vectors() {
     let rt = runtime();
@@ -1957,9 +1958,12 @@ fn positional_on_a_table_upgraded_to_v3_folds_position_deletes_into_vectors() {
         .unwrap();
     let head = loaded.metadata.current_snapshot().unwrap().summary();
     let props = &head.additional_properties;
-    // The v2 position-delete files stay (other files' rows may need them); one vector.
+    // The first vector took the v2 position-delete file's place (it named only that
+    // data file), the second the first's: one delete file, its positions counted once.
     assert_eq!(props["removed-delete-files"], "1", "{props:?}");
-    assert_eq!(props["added-delete-files"], "1", "{props:?}");
+    assert_eq!(props["added-dvs"], "1", "{props:?}");
+    assert_eq!(props["total-delete-files"], "1", "{props:?}");
+    assert_eq!(props["total-position-deletes"], "5", "{props:?}");
 }
 
 // Found by an attack on the positional commit path.

@@ -7,7 +7,9 @@
 //! entry is marked DELETED in the same snapshot (its manifest is rewritten; a Puffin
 //! file can hold vectors of other data files, so entries are told apart by offset).
 //! Positions of older position-delete files (a table upgraded from v2) are folded into
-//! the vector too: readers that find a deletion vector for a file ignore those.
+//! the vector too: readers that find a deletion vector for a file ignore those. Those
+//! naming only that file (`referenced_data_file`) are removed with the old vector, so
+//! their positions are not counted twice nor read again.
 //! A file whose touched rows are all deleted already gets no new vector.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -22,21 +24,29 @@ use iceberg::writer::file_writer::location_generator::{
 use roaring::RoaringTreemap;
 use uuid::Uuid;
 
-use super::lookup::{Hit, has_live_files, load};
+use super::lookup::{Hit, has_live_files, load, unreadable};
 use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::manifest_cache::ManifestCache;
 use crate::table::merge::rewrite as rewrite_manifest;
 use crate::write::deletion_vector::{
-    DeletionVector, is_deletion_vector, read_deletion_vector, write_deletion_vectors,
+    DeletionVector, decode_blob, is_deletion_vector, read_blob, write_deletion_vectors,
 };
 
-/// A live deletion vector of the head: its entry, the index of the manifest listing it
-/// (in the head's manifests) and that manifest's partition spec id.
-struct LiveVector {
+/// A live delete file of the head: its entry, the index of the manifest listing it (in
+/// the head's manifests) and that manifest's partition spec id.
+struct Live {
     entry: DataFile,
     manifest: usize,
     spec_id: i32,
+}
+
+/// The live position deletes of one data file that a new deletion vector replaces: its
+/// vector, if any, and the position-delete files naming only it.
+#[derive(Default)]
+struct Replaceable {
+    vector: Option<Live>,
+    scoped: Vec<Live>,
 }
 
 /// Writes the deletion vectors of `hits`' files (with `folded`, the positions older
@@ -51,24 +61,41 @@ pub async fn replace(
     mut folded: HashMap<String, HashSet<u64>>,
     written: &mut Vec<String>,
 ) -> Result<Removed> {
-    let targets: HashSet<&str> = hits.iter().map(|h| h.file.file_path()).collect();
-    let live = live_vectors(file_io, cache, &carried, &targets).await?;
-    let mut vectors = Vec::new();
-    let mut replaced: Vec<&LiveVector> = Vec::new();
+    // One vector per data file, whatever the lookup gave.
+    let mut touched: BTreeMap<&str, (&Hit, Vec<u64>)> = BTreeMap::new();
     for hit in &hits {
-        let path = hit.file.file_path();
+        let at = touched
+            .entry(hit.file.file_path())
+            .or_insert((hit, Vec::new()));
+        at.1.extend(&hit.positions);
+    }
+    let targets: HashSet<&str> = touched.keys().copied().collect();
+    let live = live_deletes(file_io, cache, &carried, &targets).await?;
+    let mut vectors = Vec::new();
+    let mut replaced: Vec<&Live> = Vec::new();
+    for (path, (hit, new)) in touched {
         let old = live.get(path);
-        let mut positions = match old {
-            Some(old) => read_deletion_vector(file_io, &old.entry).await?,
+        let vector = old.and_then(|o| o.vector.as_ref());
+        let mut positions = match vector {
+            Some(v) => {
+                let blob = read_blob(file_io, &v.entry)
+                    .await
+                    .map_err(|e| unreadable(v.entry.file_path(), e))?;
+                decode_blob(&blob, v.entry.file_path())?
+            }
             None => RoaringTreemap::new(),
         };
         positions.extend(folded.remove(path).unwrap_or_default());
         let before = positions.len();
-        positions.extend(hit.positions.iter().copied());
+        positions.extend(new);
         if positions.len() == before {
             continue; // every touched row is deleted already
         }
-        replaced.extend(old);
+        replaced.extend(vector);
+        // Only those whose positions were folded in (the same partition's, as
+        // `positional::deleted_positions` reads them).
+        let folded_in = |s: &&Live| s.entry.partition() == hit.file.partition();
+        replaced.extend(old.iter().flat_map(|o| &o.scoped).filter(folded_in));
         vectors.push(DeletionVector {
             data_file: path.to_string(),
             partition: hit.file.partition().clone(),
@@ -110,7 +137,8 @@ pub async fn replace(
             })?;
         let content = (ManifestContentType::Deletes, spec.as_ref().clone());
         let removes = |f: &DataFile| {
-            is_deletion_vector(f) && gone.contains(&(f.file_path(), f.content_offset()))
+            f.content_type() == DataContentType::PositionDeletes
+                && gone.contains(&(f.file_path(), f.content_offset()))
         };
         let io = (file_io, cache);
         let bin = std::slice::from_ref(manifest);
@@ -129,14 +157,15 @@ pub async fn replace(
     })
 }
 
-/// The live deletion vectors of `carried` for the data files `targets`, by data file.
-async fn live_vectors(
+/// The live deletion vectors and file-scoped position-delete files of `carried` for the
+/// data files `targets`, by data file.
+async fn live_deletes(
     file_io: &FileIO,
     cache: &ManifestCache,
     carried: &[ManifestFile],
     targets: &HashSet<&str>,
-) -> Result<HashMap<String, LiveVector>> {
-    let mut live: HashMap<String, LiveVector> = HashMap::new();
+) -> Result<HashMap<String, Replaceable>> {
+    let mut live: HashMap<String, Replaceable> = HashMap::new();
     if targets.is_empty() {
         return Ok(live);
     }
@@ -147,25 +176,31 @@ async fn live_vectors(
         let entries = load(cache, file_io, manifest).await?;
         for entry in entries.entries().iter().filter(|e| e.is_alive()) {
             let file = entry.data_file();
-            if file.content_type() != DataContentType::PositionDeletes || !is_deletion_vector(file)
-            {
+            if file.content_type() != DataContentType::PositionDeletes {
                 continue;
             }
-            let Some(target) = file.referenced_data_file() else {
-                return Err(Error::internal(format!(
-                    "deletion vector in {} names no data file",
-                    file.file_path()
-                )));
+            let target = match file.referenced_data_file() {
+                Some(target) => target,
+                None if is_deletion_vector(file) => {
+                    return Err(Error::internal(format!(
+                        "deletion vector in {} names no data file",
+                        file.file_path()
+                    )));
+                }
+                None => continue, // a position-delete file of several data files
             };
             if !targets.contains(target.as_str()) {
                 continue;
             }
-            let found = LiveVector {
+            let found = Live {
                 entry: file.clone(),
                 manifest: n,
                 spec_id: manifest.partition_spec_id,
             };
-            if live.insert(target.clone(), found).is_some() {
+            let at = live.entry(target.clone()).or_default();
+            if !is_deletion_vector(file) {
+                at.scoped.push(found);
+            } else if at.vector.replace(found).is_some() {
                 return Err(Error::internal(format!(
                     "data file {target} has two live deletion vectors (the spec allows one)"
                 )));

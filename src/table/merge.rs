@@ -73,11 +73,8 @@ impl MergePolicy {
         let table_enabled = props
             .get(MERGE_ENABLED)
             .is_none_or(|v| !v.eq_ignore_ascii_case("false"));
-        // v3 row lineage: merged entries would need their first row ids, which
-        // iceberg-rust 0.10 neither reads back nor lets us set. Not merged until it does.
-        let lineage_safe = metadata.format_version() != iceberg::spec::FormatVersion::V3;
         Ok(MergePolicy {
-            enabled: config_enabled && table_enabled && lineage_safe,
+            enabled: config_enabled && table_enabled,
             min_count: parse(MIN_COUNT_TO_MERGE, 100)?.max(2) as usize,
             target_bytes: parse(TARGET_SIZE_BYTES, 8 << 20)?,
         })
@@ -161,7 +158,13 @@ async fn merge_kind(
             && m.partition_spec_id == spec_id
             && (m.manifest_length as u64) < policy.target_bytes
     };
-    if !policy.enabled {
+    // v3 row lineage: merged data entries would need their first row ids, which
+    // iceberg-rust 0.10 neither reads back nor lets us set, so v3 data manifests are not
+    // merged until it does; delete manifests carry no row ids. Decided by the metadata
+    // the commit builds on, so a table upgraded under a writer is never merged as v2.
+    let lineage = content == ManifestContentType::Data
+        && metadata.format_version() >= iceberg::spec::FormatVersion::V3;
+    if !policy.enabled || lineage {
         return Ok(Merged {
             manifests: carried,
             written: Vec::new(),

@@ -77,6 +77,12 @@ pub fn decode_blob(blob: &[u8], path: &str) -> Result<RoaringTreemap> {
 
 /// Reads the deletion vector that manifest entry `file` points at.
 pub async fn read_deletion_vector(file_io: &FileIO, file: &DataFile) -> Result<RoaringTreemap> {
+    decode_blob(&read_blob(file_io, file).await?, file.file_path())
+}
+
+/// The bytes of the blob that manifest entry `file` points at (errors here are storage's:
+/// a missing or unreachable file).
+pub async fn read_blob(file_io: &FileIO, file: &DataFile) -> Result<Bytes> {
     let path = file.file_path();
     let (Some(offset), Some(size)) = (file.content_offset(), file.content_size_in_bytes()) else {
         return Err(Error::internal(format!(
@@ -85,8 +91,7 @@ pub async fn read_deletion_vector(file_io: &FileIO, file: &DataFile) -> Result<R
     };
     let (start, end) = (offset as u64, (offset + size) as u64);
     let input = file_io.new_input(path)?;
-    let blob = input.reader().await?.read(start..end).await?;
-    decode_blob(&blob, path)
+    Ok(input.reader().await?.read(start..end).await?)
 }
 
 /// Whether manifest entry `file` is a deletion vector (a position delete in Puffin).

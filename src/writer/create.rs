@@ -101,8 +101,13 @@ impl Writer {
             }
         };
         let format_version = match evolution.format_version {
+            2 => FormatVersion::V2,
             3 => FormatVersion::V3,
-            _ => FormatVersion::V2,
+            other => {
+                return Err(Error::config(format!(
+                    "schema_evolution.format_version must be 2 or 3, not {other}"
+                )));
+            }
         };
         if format_version < FormatVersion::V3
             && let Some(name) = crate::shred::infer::nanosecond_field(&schema)
@@ -176,14 +181,17 @@ impl Writer {
                 },
             )
             .await?;
-        // A catalog that ignores the asked version would leave the pipeline writing
-        // something other than the config says (v3 upserts write deletion vectors).
+        // A catalog that chose another version than asked would leave the pipeline
+        // writing something other than the config says (v3 upserts write deletion
+        // vectors, v3 refuses copy-on-write). Said once, here: from now on the table
+        // exists and keeps its own version, as every existing table does.
         let made = created.metadata.format_version();
-        if format_version == FormatVersion::V3 && made != format_version {
+        if made != format_version {
             return Err(Error::config(format!(
-                "schema_evolution.format_version is 3, but the catalog created {ident} as \
-                 v{} (it ignores the `format-version` property)",
-                made as u8
+                "schema_evolution.format_version is {}, but the catalog created {ident} as \
+                 v{} (it does not follow the `format-version` property); floe writes the \
+                 table as it is from now on",
+                format_version as u8, made as u8
             )));
         }
         Ok(created)

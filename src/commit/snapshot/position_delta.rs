@@ -20,8 +20,10 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::super::test_table::{MemoryTable, figure, operation, rows};
+    use crate::error::ErrorKind;
     use crate::rowops::removal::Removal;
-    use iceberg::spec::{FormatVersion, Operation};
+    use crate::table::merge::MergePolicy;
+    use iceberg::spec::{FormatVersion, ManifestContentType, Operation};
 
     #[tokio::test]
     async fn touched_rows_are_deleted_by_position() {
@@ -93,6 +95,101 @@ mod tests {
             head.additional_properties["total-delete-files"],
             vectors.to_string()
         );
+        // Sizes count each vector's blob once, not its whole Puffin file per vector.
+        let size = &head.additional_properties["total-files-size"];
+        assert_eq!(size, &t.live_size().await.to_string());
+        for snapshot in t.table.metadata.snapshots() {
+            let figures = &snapshot.summary().additional_properties;
+            assert!(!figures.contains_key("added-position-delete-files"));
+            let vectors = figures.contains_key("added-dvs");
+            assert_eq!(vectors, figures.contains_key("added-delete-files"));
+        }
+    }
+
+    /// Found by an attack on the deletion-vector change: a vector the head lists but
+    /// storage no longer has (expired by another writer while this one's view was
+    /// stale) is retryable, as every other file the plan reads, so the next attempt
+    /// plans again on a reloaded head instead of failing the batch.
+    #[tokio::test]
+    async fn a_vanished_deletion_vector_is_retryable() {
+        let mut t = MemoryTable::of_version(FormatVersion::V3);
+        t.insert(&[(1, "a"), (2, "b"), (3, "c")]).await;
+        let remove = t.remove(&[1], Removal::PositionDeletes);
+        t.apply(t.changes(Vec::new(), Vec::new(), Some(remove)))
+            .await;
+        let manifests = t.manifests().await;
+        let deletes = manifests
+            .iter()
+            .find(|m| m.content == ManifestContentType::Deletes);
+        let entries = deletes.unwrap().load_manifest(&t.io).await.unwrap();
+        let puffin = entries.entries()[0].data_file().file_path().to_string();
+        t.io.delete(&puffin).await.unwrap();
+        let remove = t.remove(&[2], Removal::PositionDeletes);
+        let e = t
+            .prepare(&t.changes(Vec::new(), Vec::new(), Some(remove)))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    }
+
+    /// Rows of one data file deleted one commit at a time: each commit replaces the last
+    /// one's vector, and the manifest that listed it (left with only a DELETED entry) is
+    /// not carried on, so the delete manifests stay few without any merging.
+    #[tokio::test]
+    async fn replaced_vectors_leave_no_manifests_behind() {
+        let mut t = MemoryTable::of_version(FormatVersion::V3);
+        let all: Vec<(i64, String)> = (1..=30).map(|id| (id, format!("v{id}"))).collect();
+        let rows_of = |from: i64| -> Vec<(i64, &str)> {
+            let kept = all.iter().filter(|(id, _)| *id >= from);
+            kept.map(|(id, v)| (*id, v.as_str())).collect()
+        };
+        t.insert(&rows_of(1)).await;
+        for id in 1..30 {
+            let remove = t.remove(&[id], Removal::PositionDeletes);
+            t.apply(t.changes(Vec::new(), Vec::new(), Some(remove)))
+                .await;
+            let manifests = t.manifests().await;
+            let deletes = manifests
+                .iter()
+                .filter(|m| m.content == ManifestContentType::Deletes)
+                .count();
+            assert!(
+                deletes <= 2,
+                "after deleting {id}: {deletes} delete manifests"
+            );
+            assert_eq!(t.rows().await, rows(&rows_of(id + 1)));
+        }
+    }
+
+    /// A hot key upserted on and on leaves one vector per commit (each for the last
+    /// commit's file, never replaced): on v3 too, delete manifests merge, so they grow
+    /// by levels, not one per commit; and the rows stay right.
+    #[tokio::test]
+    async fn hot_key_vectors_merge_their_delete_manifests() {
+        let mut t = MemoryTable::of_version(FormatVersion::V3);
+        t.merge = MergePolicy {
+            enabled: true,
+            min_count: 4,
+            target_bytes: 8 << 20,
+        };
+        t.insert(&[(1, "a"), (2, "b"), (3, "c")]).await;
+        for round in 0..30 {
+            let value = format!("a{round}");
+            let files = t.data_files(&[(1, value.as_str()), (2, "b")]).await;
+            let remove = t.remove(&[1, 2], Removal::PositionDeletes);
+            t.apply(t.changes(files, Vec::new(), Some(remove))).await;
+            let manifests = t.manifests().await;
+            let deletes = manifests
+                .iter()
+                .filter(|m| m.content == ManifestContentType::Deletes)
+                .count();
+            assert!(deletes <= 8, "round {round}: {deletes} delete manifests");
+            assert_eq!(
+                t.rows().await,
+                rows(&[(1, value.as_str()), (2, "b"), (3, "c")])
+            );
+        }
     }
 
     #[tokio::test]

@@ -2,12 +2,15 @@
 //! `total-*` counts, its commit id and writer, and the operation Iceberg's own writers
 //! would name it by.
 
-use iceberg::spec::{Operation, SnapshotSummaryCollector, Summary, TableMetadata};
+use std::collections::HashMap;
+
+use iceberg::spec::{DataFile, Operation, SnapshotSummaryCollector, Summary, TableMetadata};
 
 use super::{COMMIT_ID_PROPERTY, SnapshotChanges};
 use crate::commit::offsets::WRITER_ID_SUMMARY;
 use crate::error::Result;
 use crate::rowops::removal::Removed;
+use crate::write::deletion_vector::is_deletion_vector;
 
 /// Each running total with the summary figures that add to and take from it.
 const TOTALS: [(&str, &str, &str); 6] = [
@@ -30,6 +33,55 @@ const TOTALS: [(&str, &str, &str); 6] = [
         "removed-equality-deletes",
     ),
 ];
+
+/// Iceberg counts a deletion vector by its blob (`content_size_in_bytes`), not by the
+/// Puffin file that holds it beside others, and apart from position-delete files
+/// (`added-dvs`, `removed-dvs`); iceberg-rust 0.10.1's collector counts the whole file
+/// as a position-delete file. This puts the figures right, before the totals use them.
+fn count_vectors_as_iceberg_does(
+    props: &mut HashMap<String, String>,
+    added: &[&DataFile],
+    removed: &[&DataFile],
+) {
+    let figures = [
+        (
+            added,
+            "added-files-size",
+            "added-position-delete-files",
+            "added-dvs",
+        ),
+        (
+            removed,
+            "removed-files-size",
+            "removed-position-delete-files",
+            "removed-dvs",
+        ),
+    ];
+    for (files, size, position_files, vectors_key) in figures {
+        let vectors: Vec<&&DataFile> = files.iter().filter(|f| is_deletion_vector(f)).collect();
+        if vectors.is_empty() {
+            continue;
+        }
+        let whole_files: u64 = vectors.iter().map(|f| f.file_size_in_bytes()).sum();
+        let blobs: u64 = vectors
+            .iter()
+            .map(|f| f.content_size_in_bytes().unwrap_or(0) as u64)
+            .sum();
+        let less = |props: &mut HashMap<String, String>, key: &str, by: u64| {
+            let now = props
+                .get(key)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            match now.saturating_sub(by) {
+                0 => props.remove(key),
+                left => props.insert(key.to_string(), left.to_string()),
+            };
+        };
+        less(props, size, whole_files - blobs.min(whole_files));
+        less(props, position_files, vectors.len() as u64);
+        props.insert(vectors_key.to_string(), vectors.len().to_string());
+    }
+}
 
 /// Summary properties: the collector's `added-*` figures plus running `total-*` counts.
 pub(super) fn summarize(
@@ -65,6 +117,9 @@ pub(super) fn summarize(
     }
     let mut props = files.properties.clone();
     props.extend(collector.build());
+    let added: Vec<&DataFile> = position_deletes.iter().collect();
+    let removed: Vec<&DataFile> = removed_files.iter().map(|(f, _)| f).collect();
+    count_vectors_as_iceberg_does(&mut props, &added, &removed);
     let previous = metadata.current_snapshot().map(|s| s.summary());
     for (total, added, removed) in TOTALS {
         // A previous snapshot without this total (written by a writer that kept none)

@@ -30,6 +30,8 @@ pub(super) struct MemoryTable {
     pub(super) io: FileIO,
     pub(super) table: LoadedTable,
     pub(super) cache: ManifestCache,
+    /// Manifest merging (off unless a test turns it on).
+    pub(super) merge: MergePolicy,
 }
 
 impl MemoryTable {
@@ -64,6 +66,7 @@ impl MemoryTable {
             io: FileIO::new_with_memory(),
             table: LoadedTable::new(ident, None, Arc::new(metadata), HashMap::new()),
             cache: ManifestCache::default(),
+            merge: MergePolicy::DISABLED,
         }
     }
 
@@ -151,9 +154,8 @@ impl MemoryTable {
             number: 0,
             rebase: None,
         };
-        let merge = MergePolicy::DISABLED;
         let (table, io) = (&self.table, &self.io);
-        super::prepare_snapshot(table, io, io, changes, &merge, cache, attempt).await
+        super::prepare_snapshot(table, io, io, changes, &self.merge, cache, attempt).await
     }
 
     /// Applies a prepared commit as a catalog would.
@@ -281,6 +283,24 @@ impl MemoryTable {
             .iter()
             .filter(|(k, _, _)| *k == DataContentType::PositionDeletes);
         deletes.map(|(_, f, _)| f.record_count()).sum()
+    }
+
+    /// The head's live files' sizes, as Iceberg counts them (a deletion vector by its
+    /// blob, not the Puffin file holding it).
+    pub(super) async fn live_size(&self) -> u64 {
+        let files = self.live_files().await;
+        let size = |f: &DataFile| match is_deletion_vector(f) {
+            true => f.content_size_in_bytes().unwrap() as u64,
+            false => f.file_size_in_bytes(),
+        };
+        files.iter().map(|(_, f, _)| size(f)).sum()
+    }
+
+    /// The head's manifests, in list order.
+    pub(super) async fn manifests(&self) -> Vec<iceberg::spec::ManifestFile> {
+        current_manifests(&self.table.metadata, &self.io, None)
+            .await
+            .unwrap()
     }
 
     /// The contents of the head's manifests, in list order.
