@@ -113,6 +113,65 @@ fn rows_of(out: &Value) -> Vec<Row> {
     rows
 }
 
+/// What v3 row lineage says of a row: its `_row_id` and `_last_updated_sequence_number`.
+type Lineage = (i64, i64);
+
+/// Each row's lineage as Apache Iceberg's Java reader gives it, by the row's value `v`
+/// (unique: every operation writes a new one).
+fn lineage_of(table: &str) -> BTreeMap<String, Lineage> {
+    let mut args = services().pyiceberg_args(&format!("model.{table}"));
+    merge(&mut args, json!({"lineage": true}));
+    let out = read_back("java-rest", args);
+    let rows = out["rows"].as_array().unwrap().iter().map(|r| {
+        let long = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k} of {r}"));
+        let v = r["v"].as_str().unwrap().to_string();
+        (v, (long("_row_id"), long("_last_updated_sequence_number")))
+    });
+    rows.collect()
+}
+
+/// v3 row lineage against the last round's: a row that stayed keeps its row id and
+/// last-updated sequence number (through copy-on-write's rewrites too); a row written
+/// since has a row id no row had before and a sequence number of a commit since
+/// (`after`, exclusive, to `upto`); no two rows share a row id.
+fn check_lineage(
+    now: &BTreeMap<String, Lineage>,
+    before: &BTreeMap<String, Lineage>,
+    ever: &mut std::collections::HashSet<i64>,
+    (after, upto): (i64, i64),
+) -> Result<(), String> {
+    let mut ids = std::collections::HashSet::new();
+    for (v, &(id, sequence)) in now {
+        if !ids.insert(id) {
+            return Err(format!("row {v}: row id {id} is another live row's too"));
+        }
+        match before.get(v) {
+            Some(&was) if was != (id, sequence) => {
+                return Err(format!(
+                    "row {v} kept, but its (row id, last-updated sequence number) went from \
+                     {was:?} to {:?}",
+                    (id, sequence)
+                ));
+            }
+            Some(_) => {}
+            None if ever.contains(&id) => {
+                return Err(format!(
+                    "new row {v} got row id {id}, which an earlier row had"
+                ));
+            }
+            None if sequence <= after || sequence > upto => {
+                return Err(format!(
+                    "new row {v}: last-updated sequence number {sequence}, not a commit of \
+                     this round ({after} < n <= {upto})"
+                ));
+            }
+            None => {}
+        }
+    }
+    ever.extend(ids);
+    Ok(())
+}
+
 /// The first key whose rows differ, with every operation on it in arrival order.
 fn explain(got: &[Row], want: &[Row], history: &[(usize, usize, Op)]) -> String {
     let rows_of_key = |rows: &[Row], key: &(String, i64)| -> Vec<String> {
@@ -201,7 +260,7 @@ fn run_seed(seed: u64, strategy: &str, version: u8) -> Result<(), String> {
     );
     // Copy-on-write splices files of several pages (copying the pages without a
     // replaced row): small pages make this stream's few-row files spliceable.
-    let page_rows = page_rows_of(seed, strategy);
+    let page_rows = page_rows_of(seed, strategy).filter(|_| version == 2);
     if let Some(rows) = page_rows {
         merge(&mut cfg, json!({"parquet": {"page_row_limit": rows}}));
     }
@@ -210,6 +269,7 @@ fn run_seed(seed: u64, strategy: &str, version: u8) -> Result<(), String> {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut model = Model::new();
     let mut history = Vec::new();
+    let (mut lineage, mut row_ids_ever, mut sequence) = (BTreeMap::new(), Default::default(), 0);
     for round in 0..ROUNDS {
         let calls: Vec<Vec<Op>> = (0..CALLS_PER_ROUND)
             .map(|call| random_call(&mut rng, &mut model, round, call))
@@ -227,6 +287,14 @@ fn run_seed(seed: u64, strategy: &str, version: u8) -> Result<(), String> {
                     explain(&got, &want, &history)
                 ));
             }
+        }
+        if version == 3 {
+            let now = lineage_of(&table);
+            let upto = last_sequence_number(&writer, &table);
+            check_lineage(&now, &lineage, &mut row_ids_ever, (sequence, upto)).map_err(|e| {
+                format!("seed {seed}, {strategy} on v3, after round {round}, row lineage: {e}")
+            })?;
+            (lineage, sequence) = (now, upto);
         }
     }
     if page_rows.is_some() && files_named(&writer, &table, "-spliced.parquet") == 0 {
@@ -253,6 +321,16 @@ fn page_rows_of(seed: u64, strategy: &str) -> Option<u64> {
     (strategy == "copy-on-write")
         .then_some([Some(2), Some(1), None][((seed - 1) % 3) as usize])
         .flatten()
+}
+
+/// The table's last sequence number (that of its newest commit).
+fn last_sequence_number(writer: &Writer, table: &str) -> i64 {
+    let ident = floe::catalog::table_ident("model", table).unwrap();
+    let loaded = runtime()
+        .block_on(writer.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    loaded.metadata.last_sequence_number()
 }
 
 /// How many deletion vectors the table's snapshots replaced with new ones (each
@@ -333,4 +411,9 @@ fn merge_on_read_equals_the_model_on_a_v3_table() {
 #[test]
 fn positional_writes_deletion_vectors_that_equal_the_model_on_a_v3_table() {
     every_seed_of("merge-on-read-positional", 3);
+}
+
+#[test]
+fn copy_on_write_keeps_row_lineage_on_a_v3_table() {
+    every_seed_of("copy-on-write", 3);
 }

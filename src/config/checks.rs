@@ -251,16 +251,6 @@ impl Config {
             problems.push(format!("identifier_fields: {name:?} is not a column name"));
         }
         problems.extend(self.schema_evolution.problems(self.case_sensitive_columns));
-        if self.schema_evolution.format_version == 3
-            && self.merge_strategy == Some(MergeStrategy::CopyOnWrite)
-        {
-            problems.push(
-                "merge_strategy copy-on-write cannot rewrite the v3 tables \
-                 schema_evolution.format_version 3 creates (row lineage would change); use \
-                 merge-on-read or merge-on-read-positional (deletion vectors)"
-                    .into(),
-            );
-        }
         match self.catalog_kind() {
             Ok(CatalogKind::Embedded { .. }) => {
                 problems.extend(self.rest_only_settings().into_iter().map(|field| {

@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use crate::table::manifest_cache::ManifestCache;
-use arrow_array::{BooleanArray, RecordBatch};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, BooleanArray, Int64Array, RecordBatch};
 use arrow_schema::SchemaRef;
 use arrow_select::filter::filter_record_batch;
 use bytes::Bytes;
@@ -27,6 +29,7 @@ use iceberg::spec::{
 use iceberg::writer::file_writer::location_generator::{
     DefaultLocationGenerator, LocationGenerator,
 };
+use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use uuid::Uuid;
 
@@ -35,19 +38,12 @@ use super::lookup::{Hit, has_live_files, open_data_file, unreadable};
 use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::merge::rewrite as rewrite_manifest;
+use crate::write::lineage::{LAST_UPDATED_FIELD_ID, ROW_ID_FIELD_ID, with_lineage_columns};
 use crate::write::splice::{splice_without, spliced_data_file};
 use crate::write::{DataFileSink, FileSettings};
 
 /// Refuses tables copy-on-write cannot rewrite correctly.
-pub fn check_table(metadata: &TableMetadata, carried: &[ManifestFile]) -> Result<()> {
-    if metadata.format_version() == FormatVersion::V3 {
-        // Copied manifests would give untouched files new row ids (iceberg-rust does not
-        // read inherited first row ids back), as merging would (see commit::merge).
-        return Err(Error::config(
-            "copy-on-write does not rewrite Iceberg v3 tables yet (row lineage would change); \
-             use merge-on-read",
-        ));
-    }
+pub fn check_table(carried: &[ManifestFile]) -> Result<()> {
     refuse_live_delete_files(carried)
 }
 
@@ -66,16 +62,35 @@ pub async fn rewrite(
     let current = Arc::new(
         iceberg::arrow::schema_to_arrow_schema(metadata.current_schema()).map_err(Error::from)?,
     );
+    // v3: the kept rows keep their row ids and last-updated sequence numbers, written
+    // into the new files (the splice copies pages as they are, so it cannot add them).
+    let lineage = match metadata.format_version() >= FormatVersion::V3 {
+        true => Some(Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(&*with_lineage_columns(
+                metadata.current_schema(),
+            )?)
+            .map_err(Error::from)?,
+        )),
+        false => None,
+    };
     // One sink for every remainder: small remainders of several files share a file.
-    let mut sink = DataFileSink::new(metadata, file_io, settings)?;
+    let mut sink = match lineage {
+        Some(_) => DataFileSink::with_lineage(metadata, file_io, settings)?,
+        None => DataFileSink::new(metadata, file_io, settings)?,
+    };
     let mut removed_by_manifest: BTreeMap<usize, HashSet<String>> = BTreeMap::new();
     let mut removed = Vec::with_capacity(hits.len());
     let mut added = Vec::new();
     for hit in hits {
-        match splice(metadata, file_io, &hit, (settings, &current), written).await? {
+        let spliced = match lineage {
+            Some(_) => Splice::Declined(None),
+            None => splice(metadata, file_io, &hit, (settings, &current), written).await?,
+        };
+        match spliced {
             Splice::Done(file) => added.push(*file),
             Splice::Declined(read) => {
-                stream_without(file_io, &hit, &current, &mut sink, read).await?;
+                let kept = KeptRows::new(&hit, &current, lineage.as_ref());
+                stream_without(file_io, &hit, kept, &mut sink, read).await?;
             }
         }
         removed_by_manifest
@@ -197,13 +212,12 @@ fn spliced_path(metadata: &TableMetadata, hit: &Hit) -> Result<String> {
 async fn stream_without(
     file_io: &FileIO,
     hit: &Hit,
-    current: &SchemaRef,
+    mut kept: KeptRows<'_>,
     sink: &mut DataFileSink,
     read: Option<Bytes>,
 ) -> Result<()> {
     let path = hit.file.file_path();
     let read_error = |e: parquet::errors::ParquetError| unreadable(path, e);
-    let mut kept = KeptRows::new(hit, current);
     if let Some(bytes) = read {
         let batches = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.build())
@@ -225,16 +239,19 @@ async fn stream_without(
 }
 
 /// The rows of a file's batches, read in order, that are not at the hit's positions
-/// (ascending, as the lookup finds them), in the current schema.
+/// (ascending, as the lookup finds them), in the current schema; with `lineage` (that
+/// schema and the lineage columns), each with its row id and last-updated sequence
+/// number.
 struct KeptRows<'a> {
     hit: &'a Hit,
     current: &'a SchemaRef,
+    lineage: Option<&'a SchemaRef>,
     next: usize,
     offset: u64,
 }
 
 impl<'a> KeptRows<'a> {
-    fn new(hit: &'a Hit, current: &'a SchemaRef) -> Self {
+    fn new(hit: &'a Hit, current: &'a SchemaRef, lineage: Option<&'a SchemaRef>) -> Self {
         debug_assert!(
             hit.positions.windows(2).all(|w| w[0] < w[1]),
             "positions ascend"
@@ -242,6 +259,7 @@ impl<'a> KeptRows<'a> {
         Self {
             hit,
             current,
+            lineage,
             next: 0,
             offset: 0,
         }
@@ -250,6 +268,7 @@ impl<'a> KeptRows<'a> {
     /// The kept rows of the file's next `batch`.
     fn of(&mut self, batch: &RecordBatch) -> Result<RecordBatch> {
         let rows = batch.num_rows() as u64;
+        let start = self.offset;
         let positions = &self.hit.positions;
         let keep: BooleanArray = (self.offset..self.offset + rows)
             .map(|pos| {
@@ -259,9 +278,57 @@ impl<'a> KeptRows<'a> {
             })
             .collect();
         self.offset += rows;
-        filter_record_batch(&conform(batch, self.current)?, &keep)
-            .map_err(|e| Error::internal(format!("rewriting {}: {e}", self.hit.file.file_path())))
+        let error = |e| Error::internal(format!("rewriting {}: {e}", self.hit.file.file_path()));
+        let rows = conform(batch, self.current)?;
+        let rows = match self.lineage {
+            Some(schema) => with_lineage(rows, batch, (self.hit, start), schema).map_err(error)?,
+            None => rows,
+        };
+        filter_record_batch(&rows, &keep).map_err(error)
     }
+}
+
+/// `rows` (the conformed `read` batch, whose first row is at position `start` of `hit`'s
+/// file) with each row's lineage: the file's own value where it has one, else what a
+/// reader inherits (first row id + position; the file's data sequence number).
+fn with_lineage(
+    rows: RecordBatch,
+    read: &RecordBatch,
+    (hit, start): (&Hit, u64),
+    schema: &SchemaRef,
+) -> std::result::Result<RecordBatch, arrow_schema::ArrowError> {
+    let own = |field_id: i32| {
+        let id = field_id.to_string();
+        let at = read
+            .schema()
+            .fields()
+            .iter()
+            .position(|f| f.metadata().get(PARQUET_FIELD_ID_META_KEY) == Some(&id));
+        at.and_then(|i| read.column(i).as_primitive_opt::<Int64Type>().cloned())
+    };
+    let (own_ids, own_sequences) = (own(ROW_ID_FIELD_ID), own(LAST_UPDATED_FIELD_ID));
+    let value = |column: &Option<Int64Array>, i: usize| {
+        column
+            .as_ref()
+            .filter(|c| c.is_valid(i))
+            .map(|c| c.value(i))
+    };
+    let n = rows.num_rows();
+    let ids: Int64Array = (0..n)
+        .map(|i| {
+            let inherited = hit
+                .first_row_id
+                .map(|first| first + (start + i as u64) as i64);
+            value(&own_ids, i).or(inherited)
+        })
+        .collect();
+    let sequences: Int64Array = (0..n)
+        .map(|i| value(&own_sequences, i).or(hit.sequence_number))
+        .collect();
+    let mut columns = rows.columns().to_vec();
+    columns.push(Arc::new(ids));
+    columns.push(Arc::new(sequences));
+    RecordBatch::try_new(schema.clone(), columns)
 }
 
 /// A rewritten file gets a new sequence number, so delete files (from a merge-on-read

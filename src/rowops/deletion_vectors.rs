@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::table::manifest_cache::ManifestCache;
 use crate::table::merge::rewrite as rewrite_manifest;
 use crate::write::deletion_vector::{
-    DeletionVector, decode_blob, is_deletion_vector, read_blob, write_deletion_vectors,
+    DeletionVector, blob_range, decode_blob, is_deletion_vector, read_range, write_deletion_vectors,
 };
 
 /// A live delete file of the head: its entry, the index of the manifest listing it (in
@@ -78,9 +78,10 @@ pub async fn replace(
         let vector = old.and_then(|o| o.vector.as_ref());
         let mut positions = match vector {
             Some(v) => {
-                let blob = read_blob(file_io, &v.entry)
+                let puffin = v.entry.file_path();
+                let blob = read_range(file_io, puffin, blob_range(&v.entry)?)
                     .await
-                    .map_err(|e| unreadable(v.entry.file_path(), e))?;
+                    .map_err(|e| unreadable(puffin, e))?;
                 decode_blob(&blob, v.entry.file_path())?
             }
             None => RoaringTreemap::new(),

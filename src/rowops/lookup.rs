@@ -23,6 +23,7 @@ use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use super::conform::conform;
 use super::keys::KeyColumns;
 use crate::error::{Error, ErrorKind, Result};
+use crate::table::lineage::first_row_ids;
 use crate::table::manifest_cache::{KeySignature, ManifestCache};
 
 /// The touched keys, as rows of `converter`, and how to find them in a data file.
@@ -41,6 +42,11 @@ pub struct Hit {
     pub file: DataFile,
     /// Positions of the rows with touched keys, ascending.
     pub positions: Vec<u64>,
+    /// The file's first row id, its own or inherited (v3 row lineage; `None` before).
+    pub first_row_id: Option<i64>,
+    /// The file's data sequence number (its rows' last-updated sequence number, unless
+    /// the file says otherwise).
+    pub sequence_number: Option<i64>,
 }
 
 /// The live data files of `manifests` that hold touched keys, with the rows' positions.
@@ -64,7 +70,12 @@ pub async fn find_touched_rows(
             continue;
         }
         let entries = load(cache, file_io, manifest).await?;
-        for entry in entries.entries().iter().filter(|e| e.is_alive()) {
+        let all = entries.entries().iter();
+        let ids = first_row_ids(manifest, all.map(|e| (e.status(), e.data_file())));
+        for (entry, first_row_id) in entries.entries().iter().zip(ids) {
+            if !entry.is_alive() {
+                continue;
+            }
             let file = entry.data_file();
             live.insert(file.file_path().to_string());
             if !probe.ranges.may_hold(file) {
@@ -93,6 +104,8 @@ pub async fn find_touched_rows(
                     spec_id: manifest.partition_spec_id,
                     file: file.clone(),
                     positions,
+                    first_row_id,
+                    sequence_number: entry.sequence_number(),
                 });
             }
         }

@@ -34,7 +34,7 @@ pub async fn remove_touched_rows(
 ) -> Result<Removed> {
     cache.keep_only(&carried);
     match remove.by {
-        Removal::Rewrite => cow::check_table(metadata, &carried)?,
+        Removal::Rewrite => cow::check_table(&carried)?,
         Removal::PositionDeletes => positional::check_table(metadata)?,
     }
     let keys = &remove.keys;

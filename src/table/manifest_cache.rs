@@ -167,7 +167,8 @@ impl ManifestCache {
     /// one-file manifests the largest part of a small commit's CPU. Only small manifests
     /// are kept (large ones merge rarely), and only until the head stops listing them.
     /// v2 tables only: v1 manifests do not store sequence numbers as written here, and
-    /// v3 ones are not merged.
+    /// v3 ones, merged less often (data manifests carry first row ids when they are),
+    /// are read back.
     pub fn remember_written(&self, version: FormatVersion, path: &str, entries: Vec<WrittenEntry>) {
         let mut written = self.written.locked();
         if version == FormatVersion::V2

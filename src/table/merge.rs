@@ -32,6 +32,7 @@ use iceberg::spec::{
 };
 use uuid::Uuid;
 
+use super::lineage::{first_row_ids, with_first_row_id};
 use super::manifest_cache::{ManifestCache, write_manifest};
 use super::manifest_writer::WrittenEntry;
 use crate::error::{Error, ErrorKind, Result};
@@ -158,13 +159,7 @@ async fn merge_kind(
             && m.partition_spec_id == spec_id
             && (m.manifest_length as u64) < policy.target_bytes
     };
-    // v3 row lineage: merged data entries would need their first row ids, which
-    // iceberg-rust 0.10 neither reads back nor lets us set, so v3 data manifests are not
-    // merged until it does; delete manifests carry no row ids. Decided by the metadata
-    // the commit builds on, so a table upgraded under a writer is never merged as v2.
-    let lineage = content == ManifestContentType::Data
-        && metadata.format_version() >= iceberg::spec::FormatVersion::V3;
-    if !policy.enabled || lineage {
+    if !policy.enabled {
         return Ok(Merged {
             manifests: carried,
             written: Vec::new(),
@@ -260,7 +255,11 @@ pub(crate) async fn rewrite(
 ) -> Result<ManifestFile> {
     let mut remembered = Vec::new();
     for source in bin {
-        for entry in entries_of((file_io, cache), source).await? {
+        let entries = entries_of((file_io, cache), source).await?;
+        // v3: the entries leave the manifest their first row ids were inherited from, so
+        // they carry them (the copy is listed with a first row id of its own).
+        let ids = first_row_ids(source, entries.iter().map(|e| (e.status, &e.data_file)));
+        for (entry, first_row_id) in entries.into_iter().zip(ids) {
             if entry.status == ManifestStatus::Deleted {
                 continue;
             }
@@ -278,7 +277,12 @@ pub(crate) async fn rewrite(
             // entries, and Iceberg's writer requires one: the data sequence number is the
             // closest known value (equal unless the file was rewritten by a compaction).
             let file_sequence = entry.file_sequence_number.or(Some(sequence));
-            let file = entry.data_file;
+            let file = match first_row_id {
+                Some(id) if entry.data_file.first_row_id().is_none() => {
+                    with_first_row_id(&entry.data_file, id, spec.spec_id())?
+                }
+                _ => entry.data_file,
+            };
             let status = match removed(&file) {
                 true => ManifestStatus::Deleted,
                 false => ManifestStatus::Existing,

@@ -2,6 +2,7 @@
 //! them (its own Avro encoder), the per-table cache of manifests and key hashes, and
 //! manifest merging and rewriting.
 
+pub mod lineage;
 pub mod manifest_cache;
 pub mod manifest_writer;
 pub mod merge;

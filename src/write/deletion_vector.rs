@@ -80,18 +80,33 @@ pub async fn read_deletion_vector(file_io: &FileIO, file: &DataFile) -> Result<R
     decode_blob(&read_blob(file_io, file).await?, file.file_path())
 }
 
-/// The bytes of the blob that manifest entry `file` points at (errors here are storage's:
-/// a missing or unreachable file).
+/// The bytes of the blob that manifest entry `file` points at.
 pub async fn read_blob(file_io: &FileIO, file: &DataFile) -> Result<Bytes> {
-    let path = file.file_path();
-    let (Some(offset), Some(size)) = (file.content_offset(), file.content_size_in_bytes()) else {
-        return Err(Error::internal(format!(
-            "deletion vector {path} has no content offset or size in its manifest entry"
-        )));
-    };
-    let (start, end) = (offset as u64, (offset + size) as u64);
+    read_range(file_io, file.file_path(), blob_range(file)?).await
+}
+
+/// Where in its Puffin file the blob of manifest entry `file` is.
+pub fn blob_range(file: &DataFile) -> Result<std::ops::Range<u64>> {
+    match (file.content_offset(), file.content_size_in_bytes()) {
+        (Some(offset), Some(size)) if offset >= 0 && size >= 0 => {
+            Ok(offset as u64..(offset + size) as u64)
+        }
+        _ => Err(Error::internal(format!(
+            "deletion vector {} has no valid content offset and size in its manifest entry",
+            file.file_path()
+        ))),
+    }
+}
+
+/// The bytes `range` of the file at `path` (errors here are storage's: a missing or
+/// unreachable file).
+pub async fn read_range(
+    file_io: &FileIO,
+    path: &str,
+    range: std::ops::Range<u64>,
+) -> Result<Bytes> {
     let input = file_io.new_input(path)?;
-    Ok(input.reader().await?.read(start..end).await?)
+    Ok(input.reader().await?.read(range).await?)
 }
 
 /// Whether manifest entry `file` is a deletion vector (a position delete in Puffin).

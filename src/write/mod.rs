@@ -6,6 +6,7 @@
 //! properties, then floe's defaults) and fans rows out by partition.
 
 pub mod deletion_vector;
+pub mod lineage;
 pub mod splice;
 
 use std::collections::HashMap;
@@ -284,7 +285,31 @@ impl DataFileSink {
         file_io: &FileIO,
         settings: &FileSettings,
     ) -> Result<Self> {
-        let schema = metadata.current_schema().clone();
+        Self::of_schema(
+            metadata.current_schema().clone(),
+            metadata,
+            file_io,
+            settings,
+        )
+    }
+
+    /// A sink of rows in the table's current schema followed by the two row lineage
+    /// columns ([`lineage`]), for rows that keep their lineage.
+    pub fn with_lineage(
+        metadata: &TableMetadata,
+        file_io: &FileIO,
+        settings: &FileSettings,
+    ) -> Result<Self> {
+        let schema = lineage::with_lineage_columns(metadata.current_schema())?;
+        Self::of_schema(schema, metadata, file_io, settings)
+    }
+
+    fn of_schema(
+        schema: iceberg::spec::SchemaRef,
+        metadata: &TableMetadata,
+        file_io: &FileIO,
+        settings: &FileSettings,
+    ) -> Result<Self> {
         let rolling = rolling_parquet(&schema, "", metadata, file_io, settings)?;
         let spec = metadata.default_partition_spec();
         let splitter = if spec.is_unpartitioned() {

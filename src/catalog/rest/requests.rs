@@ -101,13 +101,7 @@ impl RestCatalog {
         if self.unity && table.schema.identifier_field_ids().next().is_some() {
             table.schema = without_identifier_fields(&table.schema)?;
         }
-        // Catalogs take the format of a new table from this reserved property. One that
-        // refuses it by name gets the table without it, as other properties (the writer
-        // then checks the version the catalog chose).
-        table.properties.insert(
-            "format-version".into(),
-            (table.format_version as u8).to_string(),
-        );
+
         match self.create(ident, table.clone()).await {
             Err(e) if e.kind() == ErrorKind::Rejected => {
                 let refused = refused_properties(e.message(), &table.properties);
@@ -127,6 +121,17 @@ impl RestCatalog {
     }
 
     pub(super) async fn create(&self, ident: &TableIdent, table: NewTable) -> Result<LoadedTable> {
+        let mut properties = table.properties;
+        // Catalogs take the format of a new table from this reserved property; v2 is
+        // every catalog's default today, so it is sent only for another version. Never
+        // dropped on a refusal as other properties are: a catalog that refuses the
+        // version refuses the table (the writer checks the version it got, too).
+        if table.format_version != iceberg::spec::FormatVersion::V2 {
+            properties.insert(
+                "format-version".into(),
+                (table.format_version as u8).to_string(),
+            );
+        }
         let request = CreateTableRequest {
             name: ident.name().to_string(),
             location: table.location,
@@ -134,7 +139,7 @@ impl RestCatalog {
             partition_spec: table.partition_spec,
             write_order: None,
             stage_create: Some(false),
-            properties: table.properties,
+            properties,
         };
         let url = format!(
             "{}/namespaces/{}/tables",

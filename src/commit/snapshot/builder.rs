@@ -216,14 +216,10 @@ impl<'a> SnapshotBuilder<'a> {
         };
         // This attempt's copies that mark removed files DELETED are listed as they are (a
         // merge drops DELETED entries); the rest of the head merges as usual.
-        let (own_copies, mut carried): (Vec<ManifestFile>, Vec<ManifestFile>) = planned
+        let (own_copies, carried): (Vec<ManifestFile>, Vec<ManifestFile>) = planned
             .carried
             .into_iter()
             .partition(|m| self.written.contains(&m.manifest_path));
-        // A head's manifest left with only DELETED entries (its files all removed by an
-        // earlier commit, which listed it to say so) is dropped, as Iceberg's writers do:
-        // kept, every later list would carry it for ever.
-        carried.retain(|m| !only_deleted_entries(m));
         let merged = merge_manifests(
             metadata,
             (self.file_io, self.cache.manifests),
@@ -481,10 +477,4 @@ pub(super) fn main_retention(refs: Option<&Refs>) -> SnapshotRetention {
     refs.and_then(|refs| refs.get(MAIN_BRANCH))
         .map(|r| r.retention.clone())
         .unwrap_or(SnapshotRetention::branch(None, None, None))
-}
-
-/// Whether manifest `m` lists no live file: its counts say none added and none existing
-/// (a manifest without counts, from v1, may hold any).
-fn only_deleted_entries(m: &ManifestFile) -> bool {
-    m.added_files_count == Some(0) && m.existing_files_count == Some(0)
 }

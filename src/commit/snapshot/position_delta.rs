@@ -134,11 +134,17 @@ mod tests {
     }
 
     /// Rows of one data file deleted one commit at a time: each commit replaces the last
-    /// one's vector, and the manifest that listed it (left with only a DELETED entry) is
-    /// not carried on, so the delete manifests stay few without any merging.
+    /// one's vector, leaving the manifest that listed it with only a DELETED entry; such
+    /// manifests merge away (they stay listed until then: an earlier commit is found by
+    /// its manifests when its answer was lost), so the delete manifests stay few.
     #[tokio::test]
-    async fn replaced_vectors_leave_no_manifests_behind() {
+    async fn replaced_vectors_leave_manifests_that_merge_away() {
         let mut t = MemoryTable::of_version(FormatVersion::V3);
+        t.merge = MergePolicy {
+            enabled: true,
+            min_count: 4,
+            target_bytes: 8 << 20,
+        };
         let all: Vec<(i64, String)> = (1..=30).map(|id| (id, format!("v{id}"))).collect();
         let rows_of = |from: i64| -> Vec<(i64, &str)> {
             let kept = all.iter().filter(|(id, _)| *id >= from);
@@ -155,7 +161,7 @@ mod tests {
                 .filter(|m| m.content == ManifestContentType::Deletes)
                 .count();
             assert!(
-                deletes <= 2,
+                deletes <= 8,
                 "after deleting {id}: {deletes} delete manifests"
             );
             assert_eq!(t.rows().await, rows(&rows_of(id + 1)));
@@ -163,8 +169,9 @@ mod tests {
     }
 
     /// A hot key upserted on and on leaves one vector per commit (each for the last
-    /// commit's file, never replaced): on v3 too, delete manifests merge, so they grow
-    /// by levels, not one per commit; and the rows stay right.
+    /// commit's file, never replaced) and one data manifest: on v3 too, manifests merge
+    /// (data manifests' entries carrying their first row ids), so they grow by levels,
+    /// not one per commit; and the rows stay right.
     #[tokio::test]
     async fn hot_key_vectors_merge_their_delete_manifests() {
         let mut t = MemoryTable::of_version(FormatVersion::V3);
@@ -174,6 +181,7 @@ mod tests {
             target_bytes: 8 << 20,
         };
         t.insert(&[(1, "a"), (2, "b"), (3, "c")]).await;
+        let mut ids = t.first_row_ids().await;
         for round in 0..30 {
             let value = format!("a{round}");
             let files = t.data_files(&[(1, value.as_str()), (2, "b")]).await;
@@ -185,6 +193,17 @@ mod tests {
                 .filter(|m| m.content == ManifestContentType::Deletes)
                 .count();
             assert!(deletes <= 8, "round {round}: {deletes} delete manifests");
+            let data = manifests.len() - deletes;
+            assert!(data <= 8, "round {round}: {data} data manifests");
+            // Merged or not, every file keeps the first row id it had.
+            let now = t.first_row_ids().await;
+            for (path, id) in &ids {
+                if let Some(still) = now.get(path) {
+                    assert_eq!(still, id, "round {round}: {path}");
+                }
+            }
+            assert!(now.values().all(Option::is_some));
+            ids = now;
             assert_eq!(
                 t.rows().await,
                 rows(&[(1, value.as_str()), (2, "b"), (3, "c")])

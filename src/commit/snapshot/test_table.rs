@@ -296,6 +296,26 @@ impl MemoryTable {
         files.iter().map(|(_, f, _)| size(f)).sum()
     }
 
+    /// Each live data file's first row id (its entry's, else inherited), by path.
+    pub(super) async fn first_row_ids(&self) -> HashMap<String, Option<i64>> {
+        let mut ids = HashMap::new();
+        for m in self.manifests().await {
+            if m.content != ManifestContentType::Data {
+                continue;
+            }
+            let manifest = m.load_manifest(&self.io).await.unwrap();
+            let entries = manifest.entries();
+            let all = entries.iter().map(|e| (e.status(), e.data_file()));
+            let inherited = crate::table::lineage::first_row_ids(&m, all);
+            for (entry, id) in entries.iter().zip(inherited) {
+                if entry.status() != ManifestStatus::Deleted {
+                    ids.insert(entry.data_file().file_path().to_string(), id);
+                }
+            }
+        }
+        ids
+    }
+
     /// The head's manifests, in list order.
     pub(super) async fn manifests(&self) -> Vec<iceberg::spec::ManifestFile> {
         current_manifests(&self.table.metadata, &self.io, None)

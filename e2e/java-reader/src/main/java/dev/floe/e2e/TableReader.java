@@ -27,6 +27,7 @@ import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
+import org.apache.iceberg.MetadataColumns;
 import org.apache.iceberg.Schema;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.catalog.TableIdentifier;
@@ -52,7 +53,10 @@ import org.apache.iceberg.util.SnapshotUtil;
  *              "s3.region": ..., "s3.path-style-access": "true", ...},
  *    "warehouse": "...",           (optional)
  *    "columns": ["id", "v"],       (optional: a projection, in this order)
- *    "snapshot_id": 123}           (optional: time travel; the snapshot's schema)
+ *    "snapshot_id": 123,           (optional: time travel; the snapshot's schema)
+ *    "lineage": true}              (optional: each row's _row_id and
+ *                                   _last_updated_sequence_number too, as v3 row lineage
+ *                                   gives them: the file's value, else inherited)
  * </pre>
  *
  * and the answer {@code {"rows": [{column: value, ...}, ...]}} or {@code {"error": stack
@@ -128,6 +132,13 @@ public final class TableReader {
           fields.add(selected.findField(c));
         }
         schema = new Schema(fields);
+      }
+      if (request.path("lineage").asBoolean(false)) {
+        List<Types.NestedField> fields = new ArrayList<>(schema.columns());
+        fields.add(MetadataColumns.ROW_ID);
+        fields.add(MetadataColumns.LAST_UPDATED_SEQUENCE_NUMBER);
+        schema = new Schema(fields);
+        scan = scan.project(schema);
       }
       ArrayNode rows = NODES.arrayNode();
       // The records the reader returns may carry more columns than asked for (the ones
