@@ -647,6 +647,58 @@ fn v3_tables_take_appends_with_row_lineage_and_nanosecond_timestamps() {
     assert_eq!(rows[6]["inner"]["local_ns"], 1_796_119_200_123_456_787_i64);
 }
 
+/// `schema_evolution.format_version: 3` creates a v3 table, which takes a nanosecond
+/// timestamp column from the first message's explicit types (row lineage from the first
+/// append); a v2 config refuses that message alone, naming the setting.
+#[test]
+fn a_created_v3_table_takes_nanosecond_timestamps_and_v2_says_how() {
+    let rt = runtime();
+    let typed = |payload: &'static str| Message {
+        types: Some(br#"{"at": "timestamptz_ns"}"#),
+        ..Message::insert(payload.as_bytes())
+    };
+    let batch = [typed(
+        r#"{"id": 1, "at": "2026-12-01T10:00:00.123456789Z"}"#,
+    )];
+    for version in [2, 3] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = embedded(
+            dir.path(),
+            json!({"schema_evolution": {"schema_metadata": "t", "format_version": version}}),
+        );
+        let writer = rt.block_on(Writer::open(config)).unwrap();
+        let result = rt.block_on(writer.write_batch(&batch));
+        if version == 2 {
+            let e = result
+                .map(|o| format!("{:?}", o.failures))
+                .unwrap_or_else(|e| e.to_string());
+            assert!(e.contains("schema_evolution.format_version: 3"), "{e}");
+            continue;
+        }
+        let out = result.unwrap();
+        assert!(
+            out.failures.iter().all(Option::is_none),
+            "{:?}",
+            out.failures
+        );
+        let ident = table_ident("e", "t").unwrap();
+        let table = rt
+            .block_on(writer.catalog().load_table(&ident))
+            .unwrap()
+            .unwrap();
+        assert_eq!(table.metadata.format_version(), FormatVersion::V3);
+        assert_eq!(table.metadata.next_row_id(), 1);
+        let wh = dir.path().join("wh");
+        let args = json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
+                          "warehouse": format!("file://{}", wh.display()), "table": "e.t"});
+        let rows = read_back("pyiceberg-sql", args);
+        assert_eq!(
+            rows["rows"][0]["at"], 1_796_119_200_123_456_789_i64,
+            "{rows}"
+        );
+    }
+}
+
 /// Explicit types (what the Go output takes from `schema_metadata` or computes with
 /// `new_column_type_mapping`) win over inference, at creation and when columns are
 /// added; malformed or (when required) missing ones fail their message alone.
