@@ -788,3 +788,64 @@ fn offsets_of_a_rolled_back_commit_are_never_acknowledged_unwritten() {
     assert!(e.to_string().contains("rolled back"), "{e}");
     assert_ne!(e.kind(), floe::ErrorKind::Data, "{e}");
 }
+
+/// Tables a pipeline no longer writes are closed after `commit.table_idle_timeout`
+/// (their committers stop); one it writes again is opened again, with its exactly-once
+/// record: a message committed before the table was closed and delivered again is
+/// acknowledged, not written twice.
+#[test]
+fn idle_tables_close_and_reopen_with_their_exactly_once_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let cfg = config(
+        dir.path(),
+        json!({"commit": {"table_idle_timeout": "1s", "exactly_once": {"writer_id": "w"}}}),
+    );
+    let writer = rt.block_on(Writer::open(cfg)).unwrap();
+    let to = |table: &'static str, offset: i64, payload: &'static str| Message {
+        table: Some(table),
+        source: Some("s"),
+        offset: Some(offset),
+        ..Message::insert(payload.as_bytes())
+    };
+    for (n, table) in ["t1", "t2", "t3"].into_iter().enumerate() {
+        let out = rt
+            .block_on(writer.write_batch(&[to(table, n as i64, r#"{"id": 1}"#)]))
+            .unwrap();
+        assert_eq!(out.rows_committed, 1, "{:?}", out.failures);
+    }
+    assert_eq!(writer.open_tables(), 3);
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let out = rt
+        .block_on(writer.write_batch(&[to("t4", 3, r#"{"id": 1}"#)]))
+        .unwrap();
+    assert_eq!(out.rows_committed, 1, "{:?}", out.failures);
+    assert_eq!(writer.open_tables(), 1, "t1..t3 idle for 2 s: closed");
+    // t1 again: its committed position 0 is acknowledged, position 4 written.
+    let again = [to("t1", 0, r#"{"id": 1}"#), to("t1", 4, r#"{"id": 2}"#)];
+    let out = rt.block_on(writer.write_batch(&again)).unwrap();
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    assert_eq!(out.rows_committed, 1);
+    assert_eq!(writer.open_tables(), 2);
+    let table = rt
+        .block_on(
+            writer
+                .catalog()
+                .load_table(&floe::catalog::table_ident("demo.events", "t1").unwrap()),
+        )
+        .unwrap()
+        .unwrap();
+    let sql = "SELECT id FROM $T ORDER BY id";
+    let args = json!({"metadata": table.metadata_location.unwrap(), "sql": sql});
+    let ids: Vec<i64> = read_back("duckdb-file", args)["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [1, 2]);
+}

@@ -278,6 +278,16 @@ fn run_seed(seed: u64, strategy: &str, version: u8) -> Result<(), String> {
             history.extend(ops.iter().map(|o| (round, call, o.clone())));
         }
         write_calls_in_arrival_order(&rt, &writer, calls, write_call)?;
+        // On v3, manifests merge from the second round on, so that lineage is checked
+        // through merged data manifests too (their entries carry their first row ids).
+        if version == 3 && round == 0 {
+            let ident = floe::catalog::table_ident("model", &table).unwrap();
+            let merge_early = iceberg::TableUpdate::SetProperties {
+                updates: [("commit.manifest.min-count-to-merge".into(), "2".into())].into(),
+            };
+            let set = writer.catalog().commit(&ident, vec![], vec![merge_early]);
+            rt.block_on(set).map_err(|e| e.to_string())?;
+        }
         let java = version == 3 || round % 2 == 1 || round + 1 == ROUNDS;
         let want = expected(&model);
         for (reader, got) in read_table(&writer, &table, (strategy, version), java) {
@@ -297,13 +307,18 @@ fn run_seed(seed: u64, strategy: &str, version: u8) -> Result<(), String> {
             (lineage, sequence) = (now, upto);
         }
     }
-    if page_rows.is_some() && files_named(&writer, &table, "-spliced.parquet") == 0 {
+    if page_rows.is_some() && files_named(&writer, &table, "data", "-spliced.parquet") == 0 {
         return Err(format!("seed {seed}, {strategy}: no file was spliced"));
+    }
+    if version == 3 && files_named(&writer, &table, "metadata", "-m1.avro") == 0 {
+        return Err(format!(
+            "seed {seed}, {strategy} on v3: no manifests merged"
+        ));
     }
     // On v3, positional deletes go into deletion vectors, never position-delete files.
     if version == 3 && strategy == "merge-on-read-positional" {
-        let vectors = files_named(&writer, &table, "-deletes.puffin");
-        let position_files = files_named(&writer, &table, "-pos-deletes");
+        let vectors = files_named(&writer, &table, "data", "-deletes.puffin");
+        let position_files = files_named(&writer, &table, "data", "-pos-deletes");
         let replaced = replaced_deletion_vectors(&writer, &table);
         if vectors == 0 || position_files > 0 || replaced == 0 {
             return Err(format!(
@@ -351,15 +366,15 @@ fn replaced_deletion_vectors(writer: &Writer, table: &str) -> u64 {
     loaded.metadata.snapshots().map(figure).sum()
 }
 
-/// Files in the table's data folder whose names hold `suffix` (`-spliced.parquet`: the
-/// splice's).
-fn files_named(writer: &Writer, table: &str, suffix: &str) -> usize {
+/// Files in the table's `folder` (`data`, `metadata`) whose names hold `suffix`
+/// (`-spliced.parquet`: the splice's).
+fn files_named(writer: &Writer, table: &str, folder: &str, suffix: &str) -> usize {
     let ident = floe::catalog::table_ident("model", table).unwrap();
     let loaded = runtime()
         .block_on(writer.catalog().load_table(&ident))
         .unwrap()
         .unwrap();
-    let prefix = format!("{}/data", loaded.metadata.location());
+    let prefix = format!("{}/{folder}", loaded.metadata.location());
     let out = read_back(
         "s3-list",
         json!({"prefix": prefix, "s3": services().duckdb_s3()}),

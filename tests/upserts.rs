@@ -1530,25 +1530,30 @@ fn merge_on_read_upsert_streams_merge_their_delete_manifests() {
 }
 
 /// A v2 table upgraded to v3 under a copy-on-write writer: the first rewrite after the
-/// upgrade takes files whose rows have no row ids yet, later ones files whose rows do;
-/// the rows come out right either way (their lineage is checked against Apache Iceberg's
-/// Java reader in `upsert_model_rest`).
+/// upgrade takes a file whose rows have no row ids yet (they get fresh ones), later ones
+/// files whose rows do (they keep them), and a column added between two rewrites of a
+/// file changes nothing of that. Rows and lineage as Apache Iceberg's Java reader reads
+/// them after every call: a row that stayed keeps its row id and last-updated sequence
+/// number once it has them, and no two rows share a row id.
 #[test]
-fn copy_on_write_rewrites_a_table_upgraded_to_v3() {
+fn copy_on_write_keeps_lineage_on_a_table_upgraded_to_v3() {
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let config = embedded(dir.path(), json!({"merge_strategy": "copy-on-write"}));
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
-    call(
-        &rt,
-        &w,
-        &[
-            ("insert", r#"{"tenant":"t","id":1,"v":"x"}"#),
-            ("insert", r#"{"tenant":"t","id":2,"v":"x"}"#),
-            ("insert", r#"{"tenant":"t","id":3,"v":"x"}"#),
-        ],
+    let table = "cow_upgraded_v3";
+    let mut cfg = services().floe_config();
+    merge(
+        &mut cfg,
+        json!({"namespace": "up", "table": table, "identifier_fields": ["tenant", "id"],
+               "merge_strategy": "copy-on-write",
+               "schema_evolution": {"enabled": true, "schema": schema()}}),
     );
-    let ident = table_ident("up", "t").unwrap();
+    let config = Config::from_json(&cfg.to_string()).unwrap();
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    let inserts: Vec<String> = (1..=6)
+        .map(|id| format!(r#"{{"tenant":"t","id":{id},"v":"a{id}"}}"#))
+        .collect();
+    let ops: Vec<(&str, &str)> = inserts.iter().map(|r| ("insert", r.as_str())).collect();
+    call(&rt, &w, &ops);
+    let ident = table_ident("up", table).unwrap();
     rt.block_on(w.catalog().commit(
         &ident,
         vec![],
@@ -1558,22 +1563,53 @@ fn copy_on_write_rewrites_a_table_upgraded_to_v3() {
     ))
     .unwrap();
     drop(w);
-    let w = rt.block_on(Writer::open(config.clone())).unwrap();
-    call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"y"}"#)]);
-    call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":2,"v":"z"}"#)]);
-    call(&rt, &w, &[("delete", r#"{"tenant":"t","id":3}"#)]);
-    let ident = table_ident("up", "t").unwrap();
-    let table = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
-    assert_eq!(table.metadata.format_version(), FormatVersion::V3);
-    let args = json!({"metadata": table.metadata_location.unwrap(),
-                      "sql": "SELECT tenant, id, v FROM $T"});
-    assert_eq!(
-        rows_of(&read_back("duckdb-file", args)),
-        vec![json!(["t", 1, "y"]), json!(["t", 2, "z"])]
-    );
+    let w = rt.block_on(Writer::open(config)).unwrap();
+    let mut args = services().pyiceberg_args(&format!("up.{table}"));
+    merge(&mut args, json!({"lineage": true}));
+    // v → (row id, last-updated sequence number), as the Java reader reads them (none
+    // before the first v3 commit gives the table's rows their ids).
+    let lineage = || -> BTreeMap<String, (Option<i64>, Option<i64>)> {
+        let out = read_back("java-rest", args.clone());
+        let rows = out["rows"].as_array().unwrap().iter().map(|r| {
+            let long = |k: &str| r[k].as_i64();
+            let v = r["v"].as_str().unwrap().to_string();
+            (v, (long("_row_id"), long("_last_updated_sequence_number")))
+        });
+        rows.collect()
+    };
+    let calls: [&[(&str, &str)]; 5] = [
+        &[("upsert", r#"{"tenant":"t","id":1,"v":"b1"}"#)],
+        &[("upsert", r#"{"tenant":"t","id":2,"v":"b2"}"#)],
+        &[(
+            "upsert",
+            r#"{"tenant":"t","id":3,"v":"b3","extra":"new column"}"#,
+        )],
+        &[("delete", r#"{"tenant":"t","id":4}"#)],
+        &[("upsert", r#"{"tenant":"t","id":1,"v":"c1"}"#)],
+    ];
+    let mut before = lineage();
+    for (n, ops) in calls.iter().enumerate() {
+        call(&rt, &w, ops);
+        let now = lineage();
+        let ids: std::collections::HashSet<i64> = now.values().filter_map(|l| l.0).collect();
+        assert_eq!(
+            ids.len(),
+            now.len(),
+            "call {n}: rows without or sharing ids: {now:?}"
+        );
+        assert!(now.values().all(|l| l.1.is_some()), "call {n}: {now:?}");
+        // Rows that stayed since the first call (which gave the old rows their ids).
+        if n > 0 {
+            for (v, was) in &before {
+                if let Some(is) = now.get(v) {
+                    assert_eq!(is, was, "call {n}: row {v} kept, lineage changed");
+                }
+            }
+        }
+        before = now;
+    }
+    let values: Vec<&str> = before.keys().map(String::as_str).collect();
+    assert_eq!(values, ["a5", "a6", "b2", "b3", "c1"]);
 }
 
 /// Copy-on-write finds keys in files of an earlier partition spec (merge-on-read refuses
@@ -2260,4 +2296,36 @@ fn a_table_fixed_while_only_refused_upserts_wait_is_seen_by_their_retries() {
     let mut model = Model::new();
     model.insert(("t".into(), 1), vec!["b".into()]);
     assert_eq!(scanned(&rt, &w, &config), expected(&model));
+}
+
+/// Found by an attack on copy-on-write's row lineage: a field named as a lineage column
+/// (`_row_id`) would become a column of a v3 table, and every later copy-on-write commit
+/// would fail building the schema with the lineage columns, its messages blamed. It
+/// fails alone instead, naming the reserved name; the rest of the batch commits, and
+/// upserts keep working.
+#[test]
+fn a_field_named_as_a_lineage_column_fails_alone_on_v3() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(
+        dir.path(),
+        json!({"merge_strategy": "copy-on-write", "schema_evolution": {"format_version": 3}}),
+    );
+    let w = rt.block_on(Writer::open(config)).unwrap();
+    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"x"}"#)]);
+    let m = [
+        Message {
+            operation: Some("insert"),
+            ..Message::insert(br#"{"tenant":"t","id":2,"v":"y","_row_id":5}"#)
+        },
+        Message {
+            operation: Some("upsert"),
+            ..Message::insert(br#"{"tenant":"t","id":1,"v":"z"}"#)
+        },
+    ];
+    let out = rt.block_on(w.write_batch(&m)).unwrap();
+    let e = out.failures[0].as_ref().expect("the reserved name fails");
+    assert!(e.to_string().contains("`_row_id`"), "{e}");
+    assert!(out.failures[1].is_none(), "{:?}", out.failures);
+    call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"w"}"#)]);
 }

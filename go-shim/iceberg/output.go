@@ -119,6 +119,7 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewDurationField("linger").Default(def("commit.linger")).Advanced().Description("How long the committer waits for more batches before writing a commit group. 0: batches that arrive while a commit is in flight share the next snapshot."),
 				service.NewIntField("max_group_rows").Default(def("commit.max_group_rows")).Advanced().Description("Most rows in one commit group."),
 				service.NewIntField("max_group_bytes").Default(def("commit.max_group_bytes")).Advanced().Description("Most JSON bytes in one commit group."),
+				service.NewDurationField("table_idle_timeout").Default(def("commit.table_idle_timeout")).Advanced().Description("A table no batch has written for this long is closed: its committer stops and its caches are freed; the next message for it opens it again (one catalog load). Bounds what a pipeline routing to many tables holds for those it no longer writes. `0s`: tables stay open."),
 				service.NewObjectField("exactly_once",
 					service.NewStringField("writer_id").Optional().Description("Names this pipeline in snapshot summaries; processes sharing sources should share it."),
 					service.NewInterpolatedStringField("source").Description("Where a message came from, e.g. `${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }`."),

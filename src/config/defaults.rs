@@ -39,6 +39,10 @@ pub(super) fn default_snapshot_age() -> std::time::Duration {
     std::time::Duration::from_secs(24 * 3600)
 }
 
+pub(super) fn default_table_idle_timeout() -> std::time::Duration {
+    std::time::Duration::from_secs(300)
+}
+
 pub(super) fn default_group_rows() -> usize {
     2_000_000
 }
@@ -74,6 +78,7 @@ impl Default for CommitConfig {
             linger: std::time::Duration::ZERO,
             max_group_rows: default_group_rows(),
             max_group_bytes: default_group_bytes(),
+            table_idle_timeout: default_table_idle_timeout(),
             exactly_once: None,
         }
     }

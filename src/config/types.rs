@@ -235,6 +235,16 @@ pub struct CommitConfig {
     pub max_group_rows: usize,
     #[serde(default = "default_group_bytes")]
     pub max_group_bytes: usize,
+    /// A table no call has written for this long is closed: its committer stops and its
+    /// caches are freed, and the next message for it opens it again (one catalog load).
+    /// Bounds what a process routing to many tables holds for those it no longer
+    /// writes. `"0s"`: tables stay open.
+    #[serde(
+        default = "default_table_idle_timeout",
+        deserialize_with = "duration",
+        serialize_with = "go_duration"
+    )]
+    pub table_idle_timeout: std::time::Duration,
     /// Exactly-once across restarts: committed offsets per source are recorded in each
     /// snapshot under this writer id, and already committed messages are acknowledged
     /// without being written again.

@@ -22,6 +22,7 @@ use crate::catalog::{Catalog, LoadedTable};
 use crate::error::{Error, ErrorKind, Result};
 use crate::rowops::keys::column_named;
 use crate::shred::infer::{TypeHints, nested};
+use crate::write::lineage::reserved_column;
 pub use plan::{Evolution, plan};
 
 /// Schema commits tried before the evolution fails (each conflict means another writer
@@ -138,6 +139,16 @@ pub fn plan_for(
         return Err(Error::new(
             ErrorKind::Data,
             format!("`{name}` would be a nanosecond timestamp, which needs a v3 table"),
+        ));
+    }
+    if let Some(e) = &evolution
+        && metadata.format_version() >= FormatVersion::V3
+        && let Some(name) = reserved_column(&e.schema)
+        && reserved_column(schema).is_none()
+    {
+        return Err(Error::new(
+            ErrorKind::Data,
+            format!("`{name}` is a name Iceberg v3 reserves for row lineage: not a column"),
         ));
     }
     Ok(evolution)

@@ -82,6 +82,14 @@ pub async fn rewrite(
     let mut removed = Vec::with_capacity(hits.len());
     let mut added = Vec::new();
     for hit in hits {
+        if lineage.is_some() && hit.sequence_number.is_none() {
+            // As merging refuses it: its rows' last-updated sequence number is unknown.
+            return Err(Error::internal(format!(
+                "manifest {} has an EXISTING entry without a data sequence number ({})",
+                carried[hit.manifest].manifest_path,
+                hit.file.file_path()
+            )));
+        }
         let spliced = match lineage {
             Some(_) => Splice::Declined(None),
             None => splice(metadata, file_io, &hit, (settings, &current), written).await?,

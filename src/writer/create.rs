@@ -61,6 +61,7 @@ impl Writer {
             shredders: Mutex::new((schema_id, vec![shredder])),
             evolving: tokio::sync::Mutex::new(()),
             key_reloaded: Mutex::new(std::time::Instant::now()),
+            last_used: Mutex::new(std::time::Instant::now()),
         })
     }
 
@@ -117,6 +118,17 @@ impl Writer {
                 format!(
                     "cannot create {ident}: `{name}` is a nanosecond timestamp, which needs a v3 \
                      table (set schema_evolution.format_version: 3)"
+                ),
+            ));
+        }
+        if format_version >= FormatVersion::V3
+            && let Some(name) = crate::write::lineage::reserved_column(&schema)
+        {
+            return Err(Error::new(
+                ErrorKind::Data,
+                format!(
+                    "cannot create {ident}: `{name}` is a name Iceberg v3 reserves for row \
+                     lineage, not a column"
                 ),
             ));
         }

@@ -95,7 +95,12 @@ struct TableHandle {
     /// When the table was last loaded for a key upserts could not use (see
     /// [`Writer::reload_if_key_refused`]).
     key_reloaded: Mutex<std::time::Instant>,
+    /// When a call last took the table (see [`Writer::close_idle_tables`]).
+    last_used: Mutex<std::time::Instant>,
 }
+
+/// How often calls look for tables idle longer than `commit.table_idle_timeout`.
+const IDLE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How often a table whose key refuses upserts and deletes is loaded again to see
 /// whether another tool fixed it.
@@ -114,9 +119,16 @@ pub struct Writer {
     catalog: Arc<dyn Catalog>,
     options: Arc<CommitterOptions>,
     tables: Mutex<HashMap<TableIdent, TableSlot>>,
+    /// When idle tables were last looked for.
+    idle_checked: Mutex<std::time::Instant>,
 }
 
 impl Writer {
+    /// How many tables are open (each with its committer), idle or not.
+    pub fn open_tables(&self) -> usize {
+        self.tables.locked().len()
+    }
+
     /// Rows, snapshots and files committed so far, and commit latency.
     pub fn stats(&self) -> StatsSnapshot {
         self.options.stats.snapshot()
@@ -181,6 +193,7 @@ impl Writer {
             catalog,
             options,
             tables: Mutex::new(HashMap::new()),
+            idle_checked: Mutex::new(std::time::Instant::now()),
         })
     }
 
@@ -378,8 +391,48 @@ impl Writer {
     }
 
     fn table_slot(&self, ident: &TableIdent) -> TableSlot {
+        self.close_idle_tables();
         let mut tables = self.tables.locked();
         tables.entry(ident.clone()).or_default().clone()
+    }
+
+    /// Closes the tables no call has taken for `commit.table_idle_timeout`, looking at
+    /// most once a second (as calls arrive): dropping a table's handle stops its
+    /// committer's tasks and frees its caches. A table a call holds, or is opening, is
+    /// never closed (its slot or handle is shared then), and a call finds a table only
+    /// through this map, under its lock: no table is ever open twice.
+    fn close_idle_tables(&self) {
+        let timeout = self.config.commit.table_idle_timeout;
+        if timeout.is_zero() {
+            return;
+        }
+        {
+            let mut checked = self.idle_checked.locked();
+            if checked.elapsed() < IDLE_CHECK_EVERY {
+                return;
+            }
+            *checked = std::time::Instant::now();
+        }
+        let mut tables = self.tables.locked();
+        let before = tables.len();
+        tables.retain(|_, slot| {
+            if Arc::strong_count(slot) > 1 {
+                return true; // a call holds the slot
+            }
+            let Ok(guard) = slot.try_lock() else {
+                return true;
+            };
+            match guard.as_ref() {
+                None => false, // never opened, or forgotten
+                Some(handle) => {
+                    Arc::strong_count(handle) > 1 || handle.last_used.locked().elapsed() < timeout
+                }
+            }
+        });
+        let closed = before - tables.len();
+        if closed > 0 {
+            tracing::debug!(closed, open = tables.len(), "closed idle tables");
+        }
     }
 
     /// The open table, opening (or creating) it on first use.
@@ -392,6 +445,7 @@ impl Writer {
         let slot = self.table_slot(ident);
         let mut guard = slot.lock().await;
         if let Some(handle) = guard.as_ref() {
+            *handle.last_used.locked() = std::time::Instant::now();
             return Ok(handle.clone());
         }
         let sample = idx.iter().map(|&i| &messages[i]);
