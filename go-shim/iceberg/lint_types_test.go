@@ -172,7 +172,7 @@ func TestSpecTableIsTheRegisteredSpec(t *testing.T) {
 	for _, p := range durationPaths() {
 		durations = append(durations, strings.Join(p, "."))
 	}
-	if want := []string{"catalog.auth.aws_sigv4.tcp.connect_timeout", "catalog.auth.aws_sigv4.tcp.keep_alive.idle", "catalog.auth.aws_sigv4.tcp.keep_alive.interval", "catalog.auth.aws_sigv4.tcp.tcp_user_timeout", "commit.linger", "commit.max_snapshot_age", "commit.retry_timeout"}; !slices.Equal(durations, want) {
+	if want := []string{"catalog.auth.aws_sigv4.tcp.connect_timeout", "catalog.auth.aws_sigv4.tcp.keep_alive.idle", "catalog.auth.aws_sigv4.tcp.keep_alive.interval", "catalog.auth.aws_sigv4.tcp.tcp_user_timeout", "commit.linger", "commit.max_snapshot_age", "commit.retry_timeout", "commit.table_idle_timeout"}; !slices.Equal(durations, want) {
 		t.Errorf("durations %q, want %q", durations, want)
 	}
 }
