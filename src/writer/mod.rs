@@ -187,6 +187,7 @@ impl Writer {
             stats: Arc::default(),
             order: Arc::default(),
             storage_props: io_props,
+            commit_slots: Default::default(),
         });
         Ok(Writer {
             config,
@@ -449,7 +450,13 @@ impl Writer {
             return Ok(handle.clone());
         }
         let sample = idx.iter().map(|&i| &messages[i]);
+        // Opening (loading, maybe creating) talks to the catalog and the store as a
+        // commit does: a batch routed to a thousand new tables opens them a slot's worth
+        // at a time, not all at once.
+        let slots = self.options.commit_slots.clone();
+        let slot = slots.take().await;
         let handle = Arc::new(self.open_table(ident, sample).await?);
+        drop(slot);
         *guard = Some(handle.clone());
         Ok(handle)
     }

@@ -242,6 +242,7 @@ mod tests {
             order: Arc::default(),
             parquet: ParquetConfig::default(),
             storage_props: Default::default(),
+            commit_slots: Default::default(),
         }
     }
 

@@ -162,6 +162,9 @@ impl CommitStage {
                 })
                 .await;
             }
+            // One of the writer's commit slots for the whole attempt (not its backoff).
+            let slots = self.options.commit_slots.clone();
+            let _slot = slots.take().await;
             let view = self.current();
             let t0 = Instant::now();
             // Per attempt, so nothing of a failed attempt stays in memory.
