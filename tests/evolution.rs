@@ -767,9 +767,9 @@ fn explicit_types_win_over_inference() {
     );
 }
 
-/// A table upgraded to v3 by another tool while floe writes: floe stops merging
-/// manifests (merged entries would lose their first row ids, and iceberg-rust would give
-/// the rows new ones), so each append takes exactly one row id per row.
+/// A table upgraded to v3 by another tool while floe writes: merged manifests keep their
+/// entries' first row ids (and are listed under the lowest, taking no new range), so
+/// each append takes exactly one row id per row.
 #[test]
 fn a_table_upgraded_to_v3_mid_run_keeps_each_rows_id() {
     let rt = runtime();

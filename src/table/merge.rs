@@ -299,7 +299,15 @@ pub(crate) async fn rewrite(
             });
         }
     }
-    write_manifest(
+    // When every live entry carries its first row id, the copy is listed with the
+    // lowest of them, so the list writer gives it no new range of row ids: none would
+    // be used, and merges would use up ids for rows appended long ago.
+    let carried_ids: Option<Vec<i64>> = remembered
+        .iter()
+        .filter(|e| e.status != ManifestStatus::Deleted)
+        .map(|e| e.data_file.first_row_id())
+        .collect();
+    let mut written = write_manifest(
         metadata,
         (file_io, cache),
         path,
@@ -307,7 +315,13 @@ pub(crate) async fn rewrite(
         (content, &spec),
         remembered,
     )
-    .await
+    .await?;
+    if content == ManifestContentType::Data
+        && let Some(lowest) = carried_ids.and_then(|ids| ids.into_iter().min())
+    {
+        written.first_row_id = Some(lowest as u64);
+    }
+    Ok(written)
 }
 
 /// The entries of `source` with what they inherit from its list entry: from the

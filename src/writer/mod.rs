@@ -397,11 +397,13 @@ impl Writer {
         tables.entry(ident.clone()).or_default().clone()
     }
 
-    /// Closes the tables no call has taken for `commit.table_idle_timeout`, looking at
+    /// Closes the tables no call has used for `commit.table_idle_timeout`, looking at
     /// most once a second (as calls arrive): dropping a table's handle stops its
     /// committer's tasks and frees its caches. A table a call holds, or is opening, is
-    /// never closed (its slot or handle is shared then), and a call finds a table only
-    /// through this map, under its lock: no table is ever open twice.
+    /// never closed (its slot or handle is shared then), nor one whose committer still
+    /// has rows handed in (a cancelled call's), and a call finds a table only through
+    /// this map, under its lock: a closed table's committer has nothing left to commit
+    /// when another opens.
     fn close_idle_tables(&self) {
         let timeout = self.config.commit.table_idle_timeout;
         if timeout.is_zero() {
@@ -426,7 +428,9 @@ impl Writer {
             match guard.as_ref() {
                 None => false, // never opened, or forgotten
                 Some(handle) => {
-                    Arc::strong_count(handle) > 1 || handle.last_used.locked().elapsed() < timeout
+                    Arc::strong_count(handle) > 1
+                        || !handle.committer.is_quiet()
+                        || handle.last_used.locked().elapsed() < timeout
                 }
             }
         });
@@ -527,6 +531,9 @@ impl Writer {
             }
             self.forget_table(ident, &handle).await;
         }
+        // Idle from when the call is done with the table, not from when it began: a
+        // call that waited long is not followed by its table's closing.
+        *handle.last_used.locked() = std::time::Instant::now();
         let mut group = result?;
         // A message repeated within the batch shares the fate of its first copy.
         for &(pos, first) in &plan.duplicates {

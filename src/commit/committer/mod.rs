@@ -155,6 +155,8 @@ pub struct Committed {
 struct Pending {
     /// Released when the submission is answered or dropped.
     _claim: Claim,
+    /// Counts the submission among the committer's unanswered ones while it lives.
+    _unanswered: Unanswered,
     /// The table's epoch the rows were handed in under, for an ordered call (see
     /// [`crate::commit::order`]); `None` for a call that keeps no order.
     epoch: Option<u64>,
@@ -181,9 +183,37 @@ pub struct TableCommitter {
     options: Arc<CommitterOptions>,
     ledger: Arc<Mutex<Ledger>>,
     next_claim: AtomicU64,
+    /// Submissions handed in and not answered yet (see [`Self::is_quiet`]).
+    unanswered: Arc<AtomicU64>,
+}
+
+/// One submission in a committer's count of unanswered ones, from when it is handed in
+/// until it is answered or dropped (its caller may be gone by then: a cancelled call's
+/// rows are still committed).
+#[derive(Default)]
+struct Unanswered(Arc<AtomicU64>);
+
+impl Unanswered {
+    fn counted(count: &Arc<AtomicU64>) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Unanswered(count.clone())
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl TableCommitter {
+    /// Whether every submission handed in was answered: nothing of the table is queued,
+    /// being encoded or being committed, so the committer may be dropped (closing the
+    /// table) without another one for it meeting rows of this one's later.
+    pub fn is_quiet(&self) -> bool {
+        self.unanswered.load(std::sync::atomic::Ordering::SeqCst) == 0
+    }
+
     /// Starts the encoder and commit tasks on the current Tokio runtime.
     pub fn start(
         catalog: Arc<dyn Catalog>,
@@ -242,6 +272,7 @@ impl TableCommitter {
             options,
             ledger,
             next_claim: AtomicU64::new(1),
+            unanswered: Arc::default(),
         })
     }
 
@@ -308,6 +339,7 @@ impl TableCommitter {
             .admit(ticket, &ident, complete, |epoch| {
                 let pending = Pending {
                     _claim: claim,
+                    _unanswered: Unanswered::counted(&self.unanswered),
                     epoch: (ticket != UNORDERED).then_some(epoch),
                     submission,
                     reply: Some(reply),

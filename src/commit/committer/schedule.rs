@@ -203,6 +203,7 @@ mod tests {
         .unwrap();
         Pending {
             epoch: None,
+            _unanswered: Default::default(),
             _claim: Claim {
                 id: 0,
                 ticket: 0,

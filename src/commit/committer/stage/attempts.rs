@@ -7,6 +7,9 @@ use super::*;
 /// A commit answer counts only if the table's main branch is the snapshot just
 /// produced; anything else (a proxy's redirect target, a cache) leaves the outcome
 /// unknown, to be settled by looking for the commit id.
+/// How long a retry may wait for a commit slot before it loads the table again.
+const STALE_AFTER_WAITING: std::time::Duration = std::time::Duration::from_millis(100);
+
 pub(in crate::commit::committer) fn accepted(
     table: LoadedTable,
     snapshot_id: i64,
@@ -87,7 +90,9 @@ impl CommitStage {
     ) -> Outcome {
         self.catch_up().await;
         let ident = self.ident();
-        let started = Instant::now();
+        // When the commit started, moved on by the time it waited for commit slots:
+        // waiting for other tables' commits spends none of this one's retry budget.
+        let mut started = Instant::now();
         let mut written = Vec::new();
         // Files of attempts the catalog definitively refused and no later attempt reuses.
         let mut refused = Vec::new();
@@ -164,7 +169,16 @@ impl CommitStage {
             }
             // One of the writer's commit slots for the whole attempt (not its backoff).
             let slots = self.options.commit_slots.clone();
+            let asked = Instant::now();
             let _slot = slots.take().await;
+            let waited = asked.elapsed();
+            started += waited;
+            // A retry that waited long builds on the head as it is now, not as the look
+            // after the conflict found it: the other writers went on meanwhile.
+            if last_error.is_some() && waited > STALE_AFTER_WAITING {
+                self.load_view("loading the table after waiting for a commit slot")
+                    .await;
+            }
             let view = self.current();
             let t0 = Instant::now();
             // Per attempt, so nothing of a failed attempt stays in memory.
