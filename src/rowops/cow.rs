@@ -37,7 +37,7 @@ use super::conform::conform;
 use super::lookup::{Hit, has_live_files, open_data_file, unreadable};
 use super::removed::Removed;
 use crate::error::{Error, Result};
-use crate::table::merge::rewrite as rewrite_manifest;
+use crate::table::merge::without_files;
 use crate::write::lineage::{LAST_UPDATED_FIELD_ID, ROW_ID_FIELD_ID, with_lineage_columns};
 use crate::write::splice::{splice_without, spliced_data_file};
 use crate::write::{DataFileSink, FileSettings};
@@ -121,17 +121,10 @@ pub async fn rewrite(
             metadata.location()
         );
         written.push(path.clone());
-        manifests.push(
-            without_files(
-                metadata,
-                (file_io, cache),
-                snapshot_id,
-                &path,
-                &manifest,
-                removed_here,
-            )
-            .await?,
-        );
+        let removes = |f: &DataFile| removed_here.contains(f.file_path());
+        let io = (file_io, cache);
+        let copy = without_files(metadata, io, snapshot_id, &path, &manifest, &removes).await?;
+        manifests.push(copy);
     }
     Ok(Removed {
         manifests,
@@ -353,29 +346,4 @@ fn refuse_live_delete_files(carried: &[ManifestFile]) -> Result<()> {
             m.manifest_path
         ))),
     }
-}
-
-/// A copy of `source` in which the `removed` files are DELETED entries and every other
-/// live file an EXISTING one (with its sequence numbers), under the source's own spec.
-async fn without_files(
-    metadata: &TableMetadata,
-    (file_io, cache): (&FileIO, &ManifestCache),
-    snapshot_id: i64,
-    path: &str,
-    source: &ManifestFile,
-    removed: &HashSet<String>,
-) -> Result<ManifestFile> {
-    let spec = metadata
-        .partition_spec_by_id(source.partition_spec_id)
-        .ok_or_else(|| {
-            Error::internal(format!(
-                "manifest {} names partition spec {}, which the table does not have",
-                source.manifest_path, source.partition_spec_id
-            ))
-        })?;
-    let content = (ManifestContentType::Data, spec.as_ref().clone());
-    let bin = std::slice::from_ref(source);
-    let io = (file_io, cache);
-    let removes = |f: &DataFile| removed.contains(f.file_path());
-    rewrite_manifest(metadata, io, snapshot_id, path, bin, content, &removes).await
 }

@@ -28,7 +28,7 @@ use super::lookup::{Hit, has_live_files, load, unreadable};
 use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::manifest_cache::ManifestCache;
-use crate::table::merge::rewrite as rewrite_manifest;
+use crate::table::merge::without_files;
 use crate::write::deletion_vector::{
     DeletionVector, blob_range, decode_blob, is_deletion_vector, read_range, write_deletion_vectors,
 };
@@ -128,24 +128,13 @@ pub async fn replace(
             metadata.location()
         );
         written.push(path.clone());
-        let spec = metadata
-            .partition_spec_by_id(manifest.partition_spec_id)
-            .ok_or_else(|| {
-                Error::internal(format!(
-                    "manifest {} names partition spec {}, which the table does not have",
-                    manifest.manifest_path, manifest.partition_spec_id
-                ))
-            })?;
-        let content = (ManifestContentType::Deletes, spec.as_ref().clone());
         let removes = |f: &DataFile| {
             f.content_type() == DataContentType::PositionDeletes
                 && gone.contains(&(f.file_path(), f.content_offset()))
         };
         let io = (file_io, cache);
-        let bin = std::slice::from_ref(manifest);
-        manifests.push(
-            rewrite_manifest(metadata, io, snapshot_id, &path, bin, content, &removes).await?,
-        );
+        let copy = without_files(metadata, io, snapshot_id, &path, manifest, &removes).await?;
+        manifests.push(copy);
     }
     Ok(Removed {
         manifests,

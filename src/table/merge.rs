@@ -324,6 +324,31 @@ pub(crate) async fn rewrite(
     Ok(written)
 }
 
+/// A copy of the one manifest `source` at `path`, under its own partition spec, in which
+/// the files `removed` picks are DELETED entries and every other live file an EXISTING
+/// one (see [`rewrite`]): a copy-on-write commit removing data files, a deletion vector
+/// replaced by a new one.
+pub(crate) async fn without_files(
+    metadata: &TableMetadata,
+    io: (&FileIO, &ManifestCache),
+    snapshot_id: i64,
+    path: &str,
+    source: &ManifestFile,
+    removed: &(dyn Fn(&DataFile) -> bool + Sync),
+) -> Result<ManifestFile> {
+    let spec = metadata
+        .partition_spec_by_id(source.partition_spec_id)
+        .ok_or_else(|| {
+            Error::internal(format!(
+                "manifest {} names partition spec {}, which the table does not have",
+                source.manifest_path, source.partition_spec_id
+            ))
+        })?;
+    let content = (source.content, spec.as_ref().clone());
+    let bin = std::slice::from_ref(source);
+    rewrite(metadata, io, snapshot_id, path, bin, content, removed).await
+}
+
 /// The entries of `source` with what they inherit from its list entry: from the
 /// entries this writer remembers writing (v2 tables only), else read from storage (where
 /// iceberg-rust applies the same inheritance when loading: snapshot id from the
