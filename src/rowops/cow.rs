@@ -37,7 +37,7 @@ use super::conform::conform;
 use super::lookup::{Hit, has_live_files, open_data_file, unreadable};
 use super::removed::Removed;
 use crate::error::{Error, Result};
-use crate::table::merge::without_files;
+use crate::table::merge::carried_without;
 use crate::write::lineage::{LAST_UPDATED_FIELD_ID, ROW_ID_FIELD_ID, with_lineage_columns};
 use crate::write::splice::{splice_without, spliced_data_file};
 use crate::write::{DataFileSink, FileSettings};
@@ -110,22 +110,20 @@ pub async fn rewrite(
     let merged = sink.close().await?;
     written.extend(merged.iter().map(|f| f.file_path().to_string()));
     added.extend(merged);
-    let mut manifests = Vec::with_capacity(carried.len());
-    for (n, manifest) in carried.into_iter().enumerate() {
-        let Some(removed_here) = removed_by_manifest.get(&n) else {
-            manifests.push(manifest);
-            continue;
-        };
-        let path = format!(
-            "{}/metadata/{commit_id}-{snapshot_id}-{attempt}-r{n}.avro",
-            metadata.location()
-        );
-        written.push(path.clone());
-        let removes = |f: &DataFile| removed_here.contains(f.file_path());
-        let io = (file_io, cache);
-        let copy = without_files(metadata, io, snapshot_id, &path, &manifest, &removes).await?;
-        manifests.push(copy);
-    }
+    let ids = (snapshot_id, commit_id, attempt);
+    let key = |f: &DataFile| f.file_path().to_string();
+    let io = (file_io, cache);
+    let manifests = carried_without(
+        metadata,
+        io,
+        ids,
+        "r",
+        carried,
+        &removed_by_manifest,
+        &key,
+        written,
+    )
+    .await?;
     Ok(Removed {
         manifests,
         removed,

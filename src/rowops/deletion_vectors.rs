@@ -28,7 +28,7 @@ use super::lookup::{Hit, has_live_files, load, unreadable};
 use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::manifest_cache::ManifestCache;
-use crate::table::merge::without_files;
+use crate::table::merge::carried_without;
 use crate::write::deletion_vector::{
     DeletionVector, blob_range, decode_blob, is_deletion_vector, read_range, write_deletion_vectors,
 };
@@ -110,38 +110,35 @@ pub async fn replace(
         written.push(path.clone());
         added = write_deletion_vectors(&vectors, &path, spec_id, file_io).await?;
     }
-    let mut by_manifest: BTreeMap<usize, HashSet<(&str, Option<i64>)>> = BTreeMap::new();
+    // A Puffin file holds several data files' vectors: an entry is its path and offset.
+    let key = |f: &DataFile| (f.file_path().to_string(), f.content_offset());
+    let mut by_manifest: BTreeMap<usize, HashSet<(String, Option<i64>)>> = BTreeMap::new();
     for old in &replaced {
         by_manifest
             .entry(old.manifest)
             .or_default()
-            .insert((old.entry.file_path(), old.entry.content_offset()));
+            .insert(key(&old.entry));
     }
-    let mut manifests = Vec::with_capacity(carried.len());
-    for (n, manifest) in carried.iter().enumerate() {
-        let Some(gone) = by_manifest.get(&n) else {
-            manifests.push(manifest.clone());
-            continue;
-        };
-        let path = format!(
-            "{}/metadata/{commit_id}-{snapshot_id}-{attempt}-dv{n}.avro",
-            metadata.location()
-        );
-        written.push(path.clone());
-        let removes = |f: &DataFile| {
-            f.content_type() == DataContentType::PositionDeletes
-                && gone.contains(&(f.file_path(), f.content_offset()))
-        };
-        let io = (file_io, cache);
-        let copy = without_files(metadata, io, snapshot_id, &path, manifest, &removes).await?;
-        manifests.push(copy);
-    }
+    let removed = replaced
+        .iter()
+        .map(|old| (old.entry.clone(), old.spec_id))
+        .collect();
+    let ids = (snapshot_id, commit_id, attempt);
+    let io = (file_io, cache);
+    let manifests = carried_without(
+        metadata,
+        io,
+        ids,
+        "dv",
+        carried,
+        &by_manifest,
+        &key,
+        written,
+    )
+    .await?;
     Ok(Removed {
         manifests,
-        removed: replaced
-            .iter()
-            .map(|old| (old.entry.clone(), old.spec_id))
-            .collect(),
+        removed,
         position_deletes: added,
         ..Removed::default()
     })

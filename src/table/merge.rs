@@ -349,6 +349,38 @@ pub(crate) async fn without_files(
     rewrite(metadata, io, snapshot_id, path, bin, content, removed).await
 }
 
+/// `carried` (a head's manifests) with each manifest that `removed` names by index
+/// replaced by a copy (see [`without_files`]) marking DELETED its files whose `key` is in
+/// that manifest's set; the copies are named `{commit}-{snapshot}-{attempt}-{tag}{n}` and
+/// recorded in `written` before they are written.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn carried_without<K: Eq + std::hash::Hash + Sync>(
+    metadata: &TableMetadata,
+    io: (&FileIO, &ManifestCache),
+    (snapshot_id, commit_id, attempt): (i64, Uuid, u32),
+    tag: &str,
+    carried: Vec<ManifestFile>,
+    removed: &BTreeMap<usize, std::collections::HashSet<K>>,
+    key: &(dyn Fn(&DataFile) -> K + Sync),
+    written: &mut Vec<String>,
+) -> Result<Vec<ManifestFile>> {
+    let mut manifests = Vec::with_capacity(carried.len());
+    for (n, manifest) in carried.into_iter().enumerate() {
+        let Some(gone) = removed.get(&n) else {
+            manifests.push(manifest);
+            continue;
+        };
+        let path = format!(
+            "{}/metadata/{commit_id}-{snapshot_id}-{attempt}-{tag}{n}.avro",
+            metadata.location()
+        );
+        written.push(path.clone());
+        let removes = |f: &DataFile| gone.contains(&key(f));
+        manifests.push(without_files(metadata, io, snapshot_id, &path, &manifest, &removes).await?);
+    }
+    Ok(manifests)
+}
+
 /// The entries of `source` with what they inherit from its list entry: from the
 /// entries this writer remembers writing (v2 tables only), else read from storage (where
 /// iceberg-rust applies the same inheritance when loading: snapshot id from the

@@ -77,12 +77,8 @@ pub fn decode_blob(blob: &[u8], path: &str) -> Result<RoaringTreemap> {
 
 /// Reads the deletion vector that manifest entry `file` points at.
 pub async fn read_deletion_vector(file_io: &FileIO, file: &DataFile) -> Result<RoaringTreemap> {
-    decode_blob(&read_blob(file_io, file).await?, file.file_path())
-}
-
-/// The bytes of the blob that manifest entry `file` points at.
-pub async fn read_blob(file_io: &FileIO, file: &DataFile) -> Result<Bytes> {
-    read_range(file_io, file.file_path(), blob_range(file)?).await
+    let blob = read_range(file_io, file.file_path(), blob_range(file)?).await?;
+    decode_blob(&blob, file.file_path())
 }
 
 /// Where in its Puffin file the blob of manifest entry `file` is.
