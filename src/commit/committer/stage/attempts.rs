@@ -7,9 +7,6 @@ use super::*;
 /// A commit answer counts only if the table's main branch is the snapshot just
 /// produced; anything else (a proxy's redirect target, a cache) leaves the outcome
 /// unknown, to be settled by looking for the commit id.
-/// How long a retry may wait for a commit slot before it loads the table again.
-const STALE_AFTER_WAITING: std::time::Duration = std::time::Duration::from_millis(100);
-
 pub(in crate::commit::committer) fn accepted(
     table: LoadedTable,
     snapshot_id: i64,
@@ -173,12 +170,10 @@ impl CommitStage {
             let _slot = slots.take().await;
             let waited = asked.elapsed();
             started += waited;
-            // A retry that waited long builds on the head as it is now, not as the look
-            // after the conflict found it: the other writers went on meanwhile.
-            if last_error.is_some() && waited > STALE_AFTER_WAITING {
-                self.load_view("loading the table after waiting for a commit slot")
-                    .await;
-            }
+            // The attempt builds on the head the look published, even after a long wait:
+            // an earlier attempt that lands late then makes this one conflict, and the
+            // next look finds it. (Loading a newer head here would build on the landed
+            // attempt and commit its rows twice.)
             let view = self.current();
             let t0 = Instant::now();
             // Per attempt, so nothing of a failed attempt stays in memory.
