@@ -1086,3 +1086,72 @@ fn a_location_moved_by_another_tool_mid_run_is_followed() {
     );
     assert_eq!(ids_read_back(table), (0..30).collect::<Vec<i64>>());
 }
+
+/// Regression (scale-out bench): a writer retrying after conflicts loaded the head, then
+/// waited its backoff (up to a second), then built on that head. With other writers
+/// committing every few tens of milliseconds, every attempt built on a stale head
+/// conflicted again: four writers took turns, each starved for up to 26 s. The wait now
+/// comes before the look, so each attempt builds on a head loaded just before it.
+#[test]
+fn a_writer_retrying_conflicts_is_not_starved_by_steady_competitors() {
+    let rt = runtime();
+    let name = format!("steady_competitors_{}", std::process::id());
+    let table = format!("committer.{name}");
+    let open = |retry_timeout: &str| {
+        rt.block_on(Writer::open(rest_config(json!({
+            "namespace": "committer", "table": name,
+            "schema_evolution": {"enabled": true, "schema": schema()},
+            "commit": {"retry_timeout": retry_timeout}}))))
+            .unwrap()
+    };
+    let subject = open("20s");
+    support::write_ok(&rt, &subject, &rows(0, 1));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Three writers, each committing a row about every 30 ms (plus its commit's time).
+    let competitors: Vec<_> = (0..3i64)
+        .map(|c| {
+            let (competitor, stop) = (open("2m"), stop.clone());
+            rt.spawn(async move {
+                let first = 1_000_000 * (c + 1);
+                let mut next = first;
+                while !stop.load(Ordering::SeqCst) {
+                    let texts = rows(next, next + 1);
+                    let out = competitor.write_batch(&messages(&texts)).await.unwrap();
+                    assert!(
+                        out.failures.iter().all(Option::is_none),
+                        "{:?}",
+                        out.failures
+                    );
+                    next += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+                }
+                first..next
+            })
+        })
+        .collect();
+    let mut conflicts = 0u32;
+    let started = std::time::Instant::now();
+    for call in 0..8i64 {
+        let texts = rows(1 + call * 10, 11 + call * 10);
+        match rt.block_on(subject.write_batch(&messages(&texts))) {
+            Ok(out) if out.failures.iter().all(Option::is_none) => {}
+            other => panic!("call {call} failed beside steady competitors: {other:?}"),
+        }
+        conflicts += subject
+            .drain_events(1000)
+            .iter()
+            .map(|e| e.conflicts)
+            .sum::<u32>();
+    }
+    let took = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let mut want: Vec<i64> = (0..81).collect();
+    let mut competed = 0;
+    for c in competitors {
+        let ids = rt.block_on(c).unwrap();
+        competed += ids.end - ids.start;
+        want.extend(ids);
+    }
+    println!("8 calls in {took:?} beside {competed} competing commits: {conflicts} conflicts");
+    assert_eq!(ids_read_back(&table), want);
+}

@@ -127,6 +127,22 @@ impl CommitStage {
         };
         for attempt in 0u32.. {
             if let Some(previous) = &last_error {
+                let give_up = match previous.kind() {
+                    ErrorKind::Conflict => started.elapsed() >= self.options.retry_timeout,
+                    ErrorKind::Rejected => false,
+                    _ => tries.retries > self.options.max_retries,
+                };
+                // The wait comes before the look, so the next attempt builds on a head
+                // loaded just before it: a head loaded before the wait is already stale
+                // when other writers commit more often than the wait is long, and every
+                // attempt built on it conflicts (a writer starved for seconds).
+                if !give_up {
+                    tokio::time::sleep(match previous.kind() {
+                        ErrorKind::Conflict => conflict_backoff(tries.conflicts),
+                        _ => backoff(tries.retries),
+                    })
+                    .await;
+                }
                 // Cannot look. Even a "definite" refusal may come from a proxy that re-sent
                 // an applied commit, so until a look shows the commit absent, a sent
                 // attempt may have landed: its files stay.
@@ -150,19 +166,9 @@ impl CommitStage {
                     Look::Absent { history_lost: true } => rebase = None,
                     Look::Absent { .. } => {}
                 }
-                let give_up = match previous.kind() {
-                    ErrorKind::Conflict => started.elapsed() >= self.options.retry_timeout,
-                    ErrorKind::Rejected => false,
-                    _ => tries.retries > self.options.max_retries,
-                };
                 if give_up {
                     break;
                 }
-                tokio::time::sleep(match previous.kind() {
-                    ErrorKind::Conflict => conflict_backoff(tries.conflicts),
-                    _ => backoff(tries.retries),
-                })
-                .await;
             }
             // One of the writer's commit slots for the whole attempt (not its backoff).
             let slots = self.options.commit_slots.clone();
