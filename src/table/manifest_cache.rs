@@ -9,9 +9,10 @@
 //! per table; beyond that, manifests are read each time they are needed.
 //!
 //! Only what does not depend on the manifest list entry a manifest was loaded through is
-//! read from cached entries (status, data files): inherited snapshot ids and sequence
-//! numbers are not, and code that needs them (merging, rewriting manifests) reads the
-//! manifest itself.
+//! read from cached manifests (status, data files): inherited snapshot ids and sequence
+//! numbers are not. Merging, which needs them, reads entries remembered by the list
+//! entry values they inherit from (this writer's own manifests as written, and small
+//! manifests read for an earlier merge).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -40,8 +41,39 @@ pub struct ManifestCache {
     cached: Mutex<Cached>,
     keys: Mutex<KeyHashes>,
     written: Mutex<HashMap<String, Arc<Vec<WrittenEntry>>>>,
+    read: Mutex<ReadEntries>,
     headers: ManifestHeaders,
 }
+
+/// Entries of small manifests other writers wrote, as a merge read them (inherited
+/// values applied), by the manifest and the list entry values they inherit from. With
+/// several writers on a table, each merge reads the others' one-file manifests: without
+/// this, every attempt of a merging commit read them all again, and under contention
+/// (attempts that conflict and are rebuilt) that was most of a writer's CPU.
+#[derive(Default)]
+struct ReadEntries {
+    /// Each manifest's entries and their estimated bytes.
+    by_manifest: HashMap<ReadKey, (Arc<Vec<WrittenEntry>>, usize)>,
+    bytes: usize,
+}
+
+/// A manifest's path and length, and the manifest list entry's values its entries
+/// inherit: added snapshot id, sequence number, first row id.
+type ReadKey = (String, i64, i64, i64, Option<u64>);
+
+fn read_key(source: &ManifestFile) -> ReadKey {
+    (
+        source.manifest_path.clone(),
+        source.manifest_length,
+        source.added_snapshot_id,
+        source.sequence_number,
+        source.first_row_id,
+    )
+}
+
+/// Estimated bytes of read manifests' entries remembered at most per table (each a data
+/// file with its per-column statistics and bounds).
+const MAX_READ_BYTES: usize = 16 << 20;
 
 /// Manifests of at most this many entries that this writer wrote are remembered entry
 /// by entry (see [`ManifestCache::remember_written`]): the one-file manifests of each
@@ -184,14 +216,50 @@ impl ManifestCache {
         self.written.locked().get(path).cloned()
     }
 
-    /// Forgets the written entries of manifests `head` (a committed snapshot's list)
-    /// does not list. Called only after a commit: an attempt's new manifests are
+    /// Remembers the entries of a small manifest read from storage through `source`
+    /// (see [`ReadEntries`]), within [`MAX_READ_BYTES`].
+    pub fn remember_read(&self, source: &ManifestFile, entries: &[WrittenEntry]) {
+        if entries.len() > MAX_WRITTEN_ENTRIES {
+            return;
+        }
+        let size: usize = entries.iter().map(|e| entry_size(&e.data_file)).sum();
+        let mut read = self.read.locked();
+        let key = read_key(source);
+        if read.bytes + size <= MAX_READ_BYTES && !read.by_manifest.contains_key(&key) {
+            read.bytes += size;
+            read.by_manifest
+                .insert(key, (Arc::new(entries.to_vec()), size));
+        }
+    }
+
+    /// The entries of a manifest read through `source` before, if remembered.
+    pub fn read_entries(&self, source: &ManifestFile) -> Option<Arc<Vec<WrittenEntry>>> {
+        let read = self.read.locked();
+        read.by_manifest
+            .get(&read_key(source))
+            .map(|(e, _)| e.clone())
+    }
+
+    /// Forgets the read entries of manifests `head` does not list: called before each
+    /// merge, so a writer whose attempts keep conflicting does not fill the budget with
+    /// manifests others have merged away.
+    pub fn keep_read(&self, head: &[ManifestFile]) {
+        let listed: HashSet<&str> = head.iter().map(|m| m.manifest_path.as_str()).collect();
+        let mut read = self.read.locked();
+        read.by_manifest
+            .retain(|(path, ..), _| listed.contains(path.as_str()));
+        read.bytes = read.by_manifest.values().map(|(_, size)| size).sum();
+    }
+
+    /// Forgets the written and read entries of manifests `head` (a committed snapshot's
+    /// list) does not list. Called only after a commit: an attempt's new manifests are
     /// remembered before its list exists.
     pub fn keep_written(&self, head: &[ManifestFile]) {
         let listed: HashSet<&str> = head.iter().map(|m| m.manifest_path.as_str()).collect();
         self.written
             .locked()
             .retain(|path, _| listed.contains(path.as_str()));
+        self.keep_read(head);
     }
 
     /// Forgets every manifest `head` does not list.
@@ -218,22 +286,25 @@ fn estimated_size(manifest: &Manifest) -> usize {
     let entries: usize = manifest
         .entries()
         .iter()
-        .map(|e| {
-            let f = e.data_file();
-            let stats = f.column_sizes().len()
-                + f.value_counts().len()
-                + f.null_value_counts().len()
-                + f.nan_value_counts().len();
-            let bounds: usize = f
-                .lower_bounds()
-                .values()
-                .chain(f.upper_bounds().values())
-                .map(|d| 64 + d.to_bytes().map_or(0, |b| b.len()))
-                .sum();
-            512 + f.file_path().len() + 48 * stats + bounds
-        })
+        .map(|e| entry_size(e.data_file()))
         .sum();
     4096 + schema + entries
+}
+
+/// A rough size of one data file entry: per-column statistics and bounds (string bounds
+/// may be whole values).
+fn entry_size(f: &DataFile) -> usize {
+    let stats = f.column_sizes().len()
+        + f.value_counts().len()
+        + f.null_value_counts().len()
+        + f.nan_value_counts().len();
+    let bounds: usize = f
+        .lower_bounds()
+        .values()
+        .chain(f.upper_bounds().values())
+        .map(|d| 64 + d.to_bytes().map_or(0, |b| b.len()))
+        .sum();
+    512 + f.file_path().len() + 48 * stats + bounds
 }
 
 /// Writes `entries` as one manifest of `content` under `spec` at `path` (for the commit
@@ -311,6 +382,91 @@ mod tests {
             ids(&existing.inherited(&listed(0, 42))),
             (Some(3), Some(0), Some(0))
         );
+    }
+
+    #[test]
+    fn read_entries_are_found_only_through_the_same_list_values() {
+        let cache = ManifestCache::default();
+        let one = vec![entry(ManifestStatus::Added, (Some(1), Some(7), Some(7)))];
+        let source = listed(7, 42);
+        cache.remember_read(&source, &one);
+        assert_eq!(
+            ids(&cache.read_entries(&source).unwrap()[0]),
+            (Some(1), Some(7), Some(7))
+        );
+        // The same path listed with other values to inherit (a rebased attempt's
+        // manifest, at a new sequence number) is read again.
+        assert!(cache.read_entries(&listed(8, 42)).is_none());
+        assert!(cache.read_entries(&listed(7, 43)).is_none());
+        let longer = ManifestFile {
+            manifest_length: source.manifest_length + 1,
+            ..listed(7, 42)
+        };
+        assert!(cache.read_entries(&longer).is_none());
+        let later = ManifestFile {
+            first_row_id: Some(5),
+            ..listed(7, 42)
+        };
+        assert!(cache.read_entries(&later).is_none());
+        // Kept while the head lists the manifest.
+        cache.keep_written(std::slice::from_ref(&source));
+        assert!(cache.read_entries(&source).is_some());
+        cache.keep_written(&[]);
+        assert!(cache.read_entries(&source).is_none());
+    }
+
+    #[test]
+    fn read_entries_stay_within_their_byte_budget() {
+        let cache = ManifestCache::default();
+        // Wide entries: long string bounds, as a table of long text columns has.
+        let wide = || {
+            let mut e = entry(ManifestStatus::Added, (Some(1), Some(1), Some(1)));
+            let bound = iceberg::spec::Datum::string("x".repeat(4096));
+            e.data_file = DataFileBuilder::default()
+                .content(DataContentType::Data)
+                .file_path("f.parquet".into())
+                .file_format(DataFileFormat::Parquet)
+                .partition(iceberg::spec::Struct::empty())
+                .record_count(1)
+                .file_size_in_bytes(1)
+                .lower_bounds((1..=16).map(|c| (c, bound.clone())).collect())
+                .upper_bounds((1..=16).map(|c| (c, bound.clone())).collect())
+                .build()
+                .unwrap();
+            e
+        };
+        let manifest: Vec<_> = (0..10).map(|_| wide()).collect();
+        let size: usize = manifest.iter().map(|e| entry_size(&e.data_file)).sum();
+        let mut kept = 0;
+        for n in 0..(MAX_READ_BYTES / size + 3) {
+            let source = ManifestFile {
+                manifest_path: format!("m{n}.avro"),
+                ..listed(1, 1)
+            };
+            cache.remember_read(&source, &manifest);
+            kept += cache.read_entries(&source).is_some() as usize;
+        }
+        assert_eq!(
+            kept,
+            MAX_READ_BYTES / size,
+            "kept up to the byte budget, no more"
+        );
+        let one = || entry(ManifestStatus::Added, (Some(1), Some(1), Some(1)));
+        let too_long: Vec<_> = (0..=MAX_WRITTEN_ENTRIES).map(|_| one()).collect();
+        let fresh = ManifestCache::default();
+        fresh.remember_read(&listed(1, 1), &too_long);
+        assert!(
+            fresh.read_entries(&listed(1, 1)).is_none(),
+            "too many entries to keep"
+        );
+        // Forgetting what the head no longer lists frees the budget.
+        cache.keep_read(&[]);
+        let last = ManifestFile {
+            manifest_path: "last.avro".into(),
+            ..listed(1, 1)
+        };
+        cache.remember_read(&last, &manifest);
+        assert!(cache.read_entries(&last).is_some());
     }
 
     #[test]

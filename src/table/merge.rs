@@ -22,7 +22,10 @@
 //! manifests (112 after 10,000 one-file commits).
 //!
 //! Manifests this writer wrote are merged from the entries it remembers
-//! ([`ManifestCache::written`]) instead of being read back.
+//! ([`ManifestCache::written`]) instead of being read back, and small manifests other
+//! writers wrote are read once while the head lists them ([`ManifestCache::read_entries`]):
+//! with several writers on a table, every attempt of a merging commit read them all
+//! again, most of a writer's CPU once conflicts made it try again and again.
 
 use std::collections::BTreeMap;
 
@@ -99,6 +102,8 @@ pub async fn merge_manifests(
     carried: Vec<ManifestFile>,
     policy: &MergePolicy,
 ) -> Result<Merged> {
+    // Entries read for earlier merges of manifests the head no longer lists are dropped.
+    cache.keep_read(&carried);
     let mut merged = Merged {
         manifests: carried,
         written: Vec::new(),
@@ -385,7 +390,8 @@ pub(crate) async fn carried_without<K: Eq + std::hash::Hash + Sync>(
 /// entries this writer remembers writing (v2 tables only), else read from storage (where
 /// iceberg-rust applies the same inheritance when loading: snapshot id from the
 /// manifest; sequence numbers for ADDED entries and for manifests written before v2,
-/// whose sequence number is 0).
+/// whose sequence number is 0) or remembered from such a read through a list entry with
+/// the same values to inherit.
 async fn entries_of(
     (file_io, cache): (&FileIO, &ManifestCache),
     source: &ManifestFile,
@@ -393,8 +399,11 @@ async fn entries_of(
     if let Some(written) = cache.written(&source.manifest_path) {
         return Ok(written.iter().map(|e| e.inherited(source)).collect());
     }
+    if let Some(read) = cache.read_entries(source) {
+        return Ok(read.as_ref().clone());
+    }
     let manifest = source.load_manifest(file_io).await?;
-    Ok(manifest
+    let entries: Vec<WrittenEntry> = manifest
         .entries()
         .iter()
         .map(|e| WrittenEntry {
@@ -404,7 +413,9 @@ async fn entries_of(
             file_sequence_number: e.file_sequence_number,
             data_file: e.data_file().clone(),
         })
-        .collect())
+        .collect();
+    cache.remember_read(source, &entries);
+    Ok(entries)
 }
 
 #[cfg(test)]
@@ -540,6 +551,46 @@ pub(crate) mod tests {
         let fresh = ManifestCache::default();
         let (from_storage, read) = merge(&fresh, "memory:/t/metadata/b.avro").await;
         assert_eq!(remembered, read);
+        // Merged again with what the first merge read (another writer's manifests, read
+        // once): the same entries.
+        let (_, read_again) = merge(&fresh, "memory:/t/metadata/c.avro").await;
+        assert_eq!(read_again, read);
+        assert!(listed.iter().all(|m| fresh.read_entries(m).is_some()));
+        // The same manifests listed at other sequence numbers (an attempt rebuilt on a new
+        // head lists its manifest again at the next one): ADDED entries inherit the new
+        // numbers, not the remembered ones.
+        let relisted: Vec<ManifestFile> = listed
+            .iter()
+            .map(|m| ManifestFile {
+                sequence_number: m.sequence_number + 10,
+                ..m.clone()
+            })
+            .collect();
+        let content = (ManifestContentType::Data, spec.clone());
+        rewrite(
+            &metadata,
+            (&io, &fresh),
+            21,
+            "memory:/t/metadata/d.avro",
+            &relisted,
+            content,
+            &|_: &DataFile| false,
+        )
+        .await
+        .unwrap();
+        let bytes = io
+            .new_input("memory:/t/metadata/d.avro")
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        let shifted = iceberg::spec::Manifest::parse_avro(&bytes).unwrap();
+        let numbers: Vec<_> = shifted
+            .entries()
+            .iter()
+            .map(|e| e.sequence_number())
+            .collect();
+        assert_eq!(numbers, [14, 15, 15, 16, 2, 3].map(Some));
         let same_list_entry = |m: ManifestFile| ManifestFile {
             manifest_path: String::new(),
             manifest_length: 0,
