@@ -25,6 +25,7 @@ import (
 var hostOnly = [][]string{
 	{fBatching},
 	{"max_in_flight"},
+	{fMaxInFlightBytes},
 	{fRowOperation},
 	{fCommit, "exactly_once", "source"},
 	{fCommit, "exactly_once", "offset"},
@@ -152,6 +153,7 @@ func checkSection(section map[string]any, maxInFlight int) ([]byte, []specProble
 	}
 	// The section as written: a namespace refused for its type is not also "empty".
 	problems = append(problems, namingProblems(section)...)
+	problems = append(problems, inFlightBytesProblems(section, refused)...)
 	for _, line := range floe.CheckConfig(cfg) {
 		problems = append(problems, libfloeProblem(line))
 	}
@@ -176,6 +178,20 @@ func namingProblems(section map[string]any) []specProblem {
 		}
 	}
 	return problems
+}
+
+// inFlightBytesProblems: max_in_flight_bytes is a byte count, 0 for no limit. (A value
+// of the wrong type is already among refused.)
+func inFlightBytesProblems(section map[string]any, refused []specProblem) []specProblem {
+	for _, p := range refused {
+		if len(p.path) == 1 && p.path[0] == fMaxInFlightBytes {
+			return nil
+		}
+	}
+	if n, ok := section[fMaxInFlightBytes].(int); ok && n < 0 {
+		return []specProblem{{path: []string{fMaxInFlightBytes}, text: fmt.Sprintf("%s is %d: give a number of bytes, or 0 for no limit", fMaxInFlightBytes, n)}}
+	}
+	return nil
 }
 
 // configProblems is every problem with a section (checkSection), [] when none.

@@ -40,6 +40,12 @@ func TestSectionProblemsNameTheirFields(t *testing.T) {
 	if p := SectionProblems(yamlNode(t, "table: t\n")); len(p) != 1 || p[0].Text != "namespace is empty: give it (an unset environment variable leaves it empty) or interpolate it per message" || !slices.Equal(p[0].Path, []string{"namespace"}) {
 		t.Errorf("an absent namespace: %+v", p)
 	}
+	if p := SectionProblems(yamlNode(t, "namespace: a\ntable: t\nmax_in_flight_bytes: -1\n")); len(p) != 1 || p[0].Text != "max_in_flight_bytes is -1: give a number of bytes, or 0 for no limit" || !slices.Equal(p[0].Path, []string{"max_in_flight_bytes"}) {
+		t.Errorf("a negative max_in_flight_bytes: %+v", p)
+	}
+	if p := SectionProblems(yamlNode(t, "namespace: a\ntable: t\nmax_in_flight_bytes: lots\n")); len(p) != 1 || !strings.HasPrefix(p[0].Text, "max_in_flight_bytes") {
+		t.Errorf("a max_in_flight_bytes that is not a number: %+v", p)
+	}
 	if p := SectionProblems(yamlNode(t, "x")); len(p) != 1 || p[0].Path != nil {
 		t.Errorf("a section that is not an object is the section's problem: %+v", p)
 	}

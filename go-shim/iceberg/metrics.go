@@ -50,6 +50,7 @@ type metrics struct {
 	catalogLatency *service.MetricTimer   // {table}
 	uploadLatency  *service.MetricTimer   // {table}
 	writeLatency   *service.MetricTimer   // {outcome}
+	inFlightBytes  *service.MetricGauge   // message bytes of the calls past the byte gate
 
 	mu     sync.Mutex
 	tables map[string]bool
@@ -77,6 +78,7 @@ func newMetrics(m *service.Metrics) *metrics {
 		catalogLatency: m.NewTimer("iceberg_catalog_commit_latency_ns", "table"),
 		uploadLatency:  m.NewTimer("iceberg_upload_latency_ns", "table"),
 		writeLatency:   m.NewTimer("iceberg_write_batch_latency_ns", "outcome"),
+		inFlightBytes:  m.NewGauge("iceberg_in_flight_bytes"),
 		tables:         map[string]bool{},
 	}
 }
@@ -115,6 +117,7 @@ func (m *metrics) knownTable(name string) string {
 // and alerts see them before the first event: the whole-call failures by class, and,
 // for a table the config names, every per-table counter.
 func (m *metrics) zeroes(table string) {
+	m.inFlightBytes.Set(0)
 	for _, class := range failureClasses {
 		m.writeFailures.Incr(0, class)
 	}

@@ -143,6 +143,7 @@ func ConfigSpec() *service.ConfigSpec {
 			service.NewDurationField(fProgress).Default("1m").Advanced().Description("How often a progress line is logged at info level: rows committed and their rate, snapshots, failed messages and messages waiting to be retried (nothing while idle). `0s`: never."),
 			service.NewIntField(fRuntime).Optional().Advanced().Description("Worker threads of floe's runtime, one per process: the first writer opened sets it (unset or 0: one per core)."),
 			service.NewOutputMaxInFlightField(),
+			service.NewIntField(fMaxInFlightBytes).Default(defaultMaxInFlightBytes).Advanced().Description("Most message bytes (the JSON handed to the output) of the write calls in flight together. A call waits until its bytes fit, in arrival order, so once `max_in_flight` calls wait the input stops reading: memory stays bounded when batches are large or `max_in_flight` is high (e.g. routing to many tables), rather than growing until the process is killed. A call larger than the limit is written alone. Encoding takes about as much again per call. `0`: no limit beyond `max_in_flight`."),
 			service.NewBatchPolicyField(fBatching),
 		).
 		LintRule(`root = this.floe_iceberg_config_problems()`)
@@ -204,6 +205,8 @@ type output struct {
 	// The error of the last libfloe open, kept under permanent_errors fail or stop so
 	// that write calls fail with it.
 	openErr error
+	// max_in_flight_bytes: calls wait here until their bytes fit.
+	gate *byteGate
 	// Calls handed over and not yet answered; failed messages' log lines.
 	pending  pending
 	messages messageLog
@@ -390,8 +393,13 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	if conf.Contains(fEvolution, "enabled") {
 		evolves, _ = conf.FieldBool(fEvolution, "enabled")
 	}
+	maxBytes, err := conf.FieldInt(fMaxInFlightBytes)
+	if err != nil {
+		return nil, err
+	}
 	forwardLibfloeLogs(mgr.Logger())
 	o := &output{
+		gate:          newByteGate(int64(maxBytes)),
 		permanent:     permanent,
 		evolves:       evolves,
 		typesMeta:     typesMeta,
@@ -574,6 +582,16 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) err
 	failures := make([]error, len(batch))
 	payloads := encodePayloads(batch, len(batch)*int(o.payloadSize.Load()), failures)
 	o.rememberPayloadSize(payloads)
+	// Before the call's ticket: a call that holds bytes never waits for a later one.
+	held, err := o.gate.enter(ctx, payloadBytes(payloads))
+	if err != nil {
+		return err
+	}
+	o.metrics.inFlightBytes.Set(o.gate.inUse())
+	defer func() {
+		o.gate.leave(held)
+		o.metrics.inFlightBytes.Set(o.gate.inUse())
+	}()
 	ns, tbl := o.tableNames(batch, failures)
 	sources, offsets := o.positions(batch, failures)
 	ops := o.operations(batch, failures)
