@@ -33,7 +33,7 @@ LIB_STAMP   = -ldflags="-X=main.libfloeStamp=$(shell sha256sum $(LIB) | cut -c1-
 FP_STAMP    = -ldflags="-X=main.libfloeStamp=$(shell sha256sum $(FAILPOINT_LIB) | cut -c1-16) $(VERSION_FLAGS)"
 
 .PHONY: run test lib bin install docs go-deps bench-py-deps rust-test-then-go-deps header header-check py-deps rust-test abi-test go-test e2e-test reliability lint fmt clean \
-	bench bench-quick bench-deps bench-components bench-kafka
+	bench bench-quick bench-deps bench-components bench-kafka bench-scale-out bench-kafka-group bench-many-tables
 
 # Only the static library: the release profile's fat LTO then optimises floe and every
 # dependency as one module (the quickstart took 4% less CPU than with the library
@@ -108,6 +108,22 @@ bench-quick: bench-deps
 ## broker, topic and services (1M records; about 20 minutes); ARGS passes options on.
 bench-kafka: bin py-deps
 	$(PYTHON) bench-configs/kafka_vs_connect.py $(ARGS)
+
+## bench-scale-out: 1–32 writer processes on one table, appends and merge-on-read
+## upserts, against the catalog's own commit rate (about 25 minutes); ARGS passes options
+## on, e.g. ARGS="--writers 1,4,16 --plot scale-out.png".
+bench-scale-out: bin bench-py-deps
+	$(PYTHON) bench-configs/scale_out.py $(ARGS)
+
+## bench-kafka-group: a consumer group of floe hosts growing 1 → 4 → 8 and back under
+## load, exactly-once (about 5 minutes); ARGS passes options on.
+bench-kafka-group: bin bench-py-deps
+	$(PYTHON) bench-configs/kafka_group.py $(ARGS)
+
+## bench-many-tables: one process routing to 10, 100 and 1,000 tables; ARGS passes
+## options on.
+bench-many-tables: bin bench-py-deps
+	$(PYTHON) bench-configs/many_tables.py $(ARGS)
 
 ## bench-components: the fast loop for shred / encode / commit; ARGS="--baseline FILE" compares.
 bench-components:

@@ -202,12 +202,12 @@ def quantile(cumulative, q):
 class Writer:
     """One `floe run` process and its metrics, scraped each second."""
 
-    def __init__(self, config, port):
+    def __init__(self, binary, config, port):
         self.port = port
         self.file = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
         self.file.write(config)
         self.file.close()
-        self.proc = subprocess.Popen([FLOE, "run", self.file.name], stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([binary, "run", self.file.name], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.samples = []  # (monotonic time, parsed metrics)
         self.output = ""
@@ -233,6 +233,16 @@ class Writer:
             except OSError:
                 pass
             self.exited.wait(1)
+
+    def stop_by(self, deadline):
+        """SIGTERM at `deadline` (monotonic) if still running, SIGKILL 30 s later; True
+        if it had to be stopped."""
+        if self.exited.wait(max(0.0, deadline - time.monotonic())):
+            return False
+        self.proc.terminate()
+        if not self.exited.wait(30):
+            self.proc.kill()
+        return True
 
     def wait(self):
         self.waiter.join()
@@ -292,22 +302,25 @@ def unreferenced_files(s, catalog, table):
     return len([p for p in stored if p.endswith(".parquet") and p not in live])
 
 
-def run(s, catalog, workload, writers, args, run_no, rate=None):
+def run(s, catalog, workload, writers, args, run_no, binary, rate=None):
     rate = rate or args.rate
-    table = f"{workload}_n{writers}_r{run_no}_{int(time.time())}"
+    table = f"{workload}_n{writers}_r{run_no}_{int(time.time() * 1000)}"
     create_table(catalog, table, workload == "upsert")
     services_cpu = {name: cpu_seconds(pid) for name, pid in s.pids.items()}
     ports = free_ports(writers)
     t0 = time.monotonic()
-    procs = [Writer(pipeline(s, table, w, args, workload, ports[w], rate), ports[w])
+    procs = [Writer(binary, pipeline(s, table, w, args, workload, ports[w], rate), ports[w])
              for w in range(writers)]
+    # A build that falls behind is stopped --deadline seconds after its input ends: what
+    # it committed by then counts, the rest is reported as behind.
+    stopped = sum(p.stop_by(t0 + args.seconds + args.deadline) for p in procs)
     for w, p in enumerate(procs):
         status = p.wait()
         if args.log_dir:
             os.makedirs(args.log_dir, exist_ok=True)
             with open(os.path.join(args.log_dir, f"{table}-w{w}.log"), "w") as f:
                 f.write(p.output)
-        if status != 0:
+        if status != 0 and not stopped:
             for q in procs:
                 q.proc.kill()
             sys.exit(f"writer failed:\n{p.output[-3000:]}")
@@ -326,10 +339,13 @@ def run(s, catalog, workload, writers, args, run_no, rate=None):
         for le, v in buckets(f, "iceberg_commit_latency_seconds").items():
             latency[le] = latency.get(le, 0) + v
     lost, duplicated = read_back(s, catalog, table, workload, writers, args, rate)
+    # Rows of stopped writers were never acknowledged: missing, not lost.
+    behind, lost = (lost, float("nan")) if stopped else (0, lost)
     committed = writers * rate * args.seconds
     per_row = [(p.usage.ru_utime + p.usage.ru_stime) / (rate * args.seconds) * 1e6
                for p in procs]
     return {
+        "table": table,
         "rows_per_s": window("iceberg_row_operations_total") / span,
         "commits_per_s": commits / span,
         "conflicts": sum(total(f, "iceberg_commit_conflicts_total") for f in finals)
@@ -343,6 +359,8 @@ def run(s, catalog, workload, writers, args, run_no, rate=None):
         "p99_ms": quantile(latency, 0.99) * 1000,
         "lost": lost,
         "duplicated": duplicated,
+        "stopped": stopped,
+        "behind": behind,
         "floe_us": statistics.median(per_row),
         **{f"{name}_us": cpu / committed * 1e6 for name, cpu in services_cpu.items()},
     }
@@ -356,6 +374,8 @@ COLUMNS = [("rows_per_s", "rows/s", "{:,.0f}"), ("commits_per_s", "commits/s", "
            ("unreferenced", "unreferenced files", "{:.0f}"),
            ("p50_ms", "commit p50 ms", "{:,.0f}"), ("p99_ms", "commit p99 ms", "{:,.0f}"),
            ("lost", "lost", "{:.0f}"), ("duplicated", "dup", "{:.0f}"),
+           ("stopped", "writers stopped at the deadline", "{:.0f}"),
+           ("behind", "rows not committed by then", "{:,.0f}"),
            ("floe_us", "CPU µs/row: floe (one)", "{:.1f}")]
 
 
@@ -371,54 +391,59 @@ def report(results, peaks, ceiling, args):
           f"{args.in_flight}, exactly-once on, for {args.seconds} s (steady window from "
           f"{args.warmup} s); REST fixture + SeaweedFS on this machine; {args.runs} run(s) "
           "each, median [min–max]")
-    print(f"Catalog ceiling (trivial set-properties commits): {ceiling[1]:.1f} commits/s from "
-          f"1 client, {ceiling[4]:.1f} from 4")
-    services = sorted(k[:-3] for k in next(iter(results.values()))[0]
-                      if k.endswith("_us") and k != "floe_us")
+    print(f"Catalog ceiling (trivial set-properties commits, one client after the other): "
+          f"{ceiling[1]:.1f} commits/s on a new table ({ceiling[4]:.1f} from 4 clients), "
+          f"{ceiling['long']:.1f} on a table with the runs' history")
+    first = next(iter(results.values()))[0]
+    services = sorted(k[:-3] for k in first if k.endswith("_us") and k != "floe_us")
     head = [c[1] for c in COLUMNS] + [f"CPU µs/row: {n}" for n in services]
-    print("Single-writer peak: one writer fed "
-          f"{args.peak_rate:,} rows/s, more than it commits: "
-          + "; ".join(f"{w} {cell(runs, 'commits_per_s', '{:.1f}')} commits/s, "
-                      f"{cell(runs, 'rows_per_s', '{:,.0f}')} rows/s"
-                      for w, runs in peaks.items()))
-    print("| workload | writers | offered rows/s | commits/s vs one writer's peak | "
+    print("Single-writer peak (one writer fed "
+          f"{args.peak_rate:,} rows/s, more than it commits):")
+    for (workload, name), runs in peaks.items():
+        print(f"- {name}, {workload}: {cell(runs, 'commits_per_s', '{:.1f}')} commits/s, "
+              f"{cell(runs, 'rows_per_s', '{:,.0f}')} rows/s")
+    print("| build | workload | writers | offered rows/s | commits/s vs one writer's peak | "
           "vs ceiling | " + " | ".join(head) + " |")
-    print("|---|---:|---:|---:|---:|" + "---:|" * len(head))
-    best = max(ceiling.values())
-    for (workload, writers), runs in results.items():
+    print("|---|---|---:|---:|---:|---:|" + "---:|" * len(head))
+    for (workload, writers, name), runs in sorted(results.items(),
+                                                  key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
         cells = [cell(runs, k, f) for k, _, f in COLUMNS]
         cells += [cell(runs, f"{n}_us", "{:.1f}") for n in services]
         commits = statistics.median(r["commits_per_s"] for r in runs)
-        peak = statistics.median(r["commits_per_s"] for r in peaks[workload])
-        print(f"| {workload} | {writers} | {writers * args.rate:,} | {commits / peak:.0%} | "
-              f"{commits / best:.0%} | " + " | ".join(cells) + " |")
+        peak = statistics.median(r["commits_per_s"] for r in peaks[(workload, name)])
+        print(f"| {name} | {workload} | {writers} | {writers * args.rate:,} | "
+              f"{commits / peak:.0%} | {commits / ceiling['long']:.0%} | "
+              + " | ".join(cells) + " |")
 
 
 def plot(results, peaks, ceiling, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    for workload in sorted({w for w, _ in results}):
-        ns = sorted(n for w, n in results if w == workload)
-        med = lambda key: [statistics.median(r[key] for r in results[(workload, n)])  # noqa
-                           for n in ns]
-        line, = axes[0].plot(ns, med("commits_per_s"), marker="o", label=workload)
-        peak = statistics.median(r["commits_per_s"] for r in peaks[workload])
-        axes[0].axhline(0.9 * peak, color=line.get_color(), linestyle="--", linewidth=0.8,
-                        label=f"{workload}: 90% of one writer's peak")
-        axes[1].plot(ns, med("rows_per_s"), marker="o", label=workload)
-        axes[2].plot(ns, med("p50_ms"), marker="o", label=f"{workload} p50")
-        axes[2].plot(ns, med("p99_ms"), marker="x", linestyle="--", label=f"{workload} p99")
-    axes[0].axhline(max(ceiling.values()), color="grey", linestyle=":",
-                    label="catalog ceiling (trivial commits)")
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    styles = ["-", "--", ":", "-."]
+    names = list(dict.fromkeys(name for _, _, name in results))
+    for workload in sorted({w for w, _, _ in results}):
+        for i, name in enumerate(names):
+            ns = sorted(n for w, n, v in results if w == workload and v == name)
+            if not ns:
+                continue
+            med = lambda key: [statistics.median(r[key] for r in results[(workload, n, name)])  # noqa
+                               for n in ns]
+            label = f"{name}, {workload}" if len(names) > 1 else workload
+            kw = dict(marker="o", linestyle=styles[i % len(styles)], label=label)
+            axes[0].plot(ns, med("commits_per_s"), **kw)
+            axes[1].plot(ns, med("rows_per_s"), **kw)
+            axes[2].plot(ns, med("p99_ms"), **kw)
+    axes[0].axhline(ceiling["long"], color="grey", linestyle=":",
+                    label="catalog ceiling (trivial commits, long table)")
     for ax, title in zip(axes, ["commits/s (all writers)", "committed rows/s (all writers)",
-                                "commit latency (ms)"]):
+                                "commit latency p99 (ms)"]):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("writer processes")
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     axes[2].set_yscale("log")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -436,13 +461,24 @@ def main():
     ap.add_argument("--seconds", type=int, default=40, help="seconds each writer is fed")
     ap.add_argument("--warmup", type=int, default=10, help="seconds left out at the start")
     ap.add_argument("--in-flight", type=int, default=4)
+    ap.add_argument("--deadline", type=int, default=60,
+                    help="seconds after the input ends by which a writer must be done")
+    ap.add_argument("--compare", default="append",
+                    help="workloads every build runs; the others run only the last build")
     ap.add_argument("--peak-rate", type=int, default=2000,
                     help="rows/s fed to one writer to find its peak commit rate")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--plot", default="", help="write a PNG of the curves here")
     ap.add_argument("--log-level", default="warn", help="the writers' logger level")
+    ap.add_argument("--floe", default="",
+                    help="name=binary,... : builds to compare, run in turn at each N")
     ap.add_argument("--log-dir", default="", help="keep each writer's log here")
     args = ap.parse_args()
+    variants = dict(v.split("=", 1) for v in args.floe.split(",")) if args.floe else {"floe": FLOE}
+    def builds(workload):
+        every = list(variants.items())
+        return every if workload in args.compare.split(",") else every[-1:]
+
     from pyiceberg.catalog import load_catalog
     with Services() as s:
         catalog = load_catalog("bench", type="rest", uri=s.info["rest_url"], **{
@@ -455,18 +491,24 @@ def main():
         print(f"catalog ceiling: {ceiling}", flush=True)
         results, peaks = {}, {}
         for workload in args.workloads.split(","):
-            peaks[workload] = []
             for r in range(args.runs):
-                res = run(s, catalog, workload, 1, args, r, args.peak_rate)
-                print(f"{workload} one writer at {args.peak_rate} rows/s, run {r}: {res}",
-                      flush=True)
-                peaks[workload].append(res)
+                for name, binary in builds(workload):
+                    res = run(s, catalog, workload, 1, args, r, binary, args.peak_rate)
+                    print(f"{name}: {workload} one writer at {args.peak_rate} rows/s, run {r}: "
+                          f"{res}", flush=True)
+                    peaks.setdefault((workload, name), []).append(res)
             for writers in [int(x) for x in args.writers.split(",")]:
-                results[(workload, writers)] = []
                 for r in range(args.runs):
-                    res = run(s, catalog, workload, writers, args, r)
-                    print(f"{workload} N={writers} run {r}: {res}", flush=True)
-                    results[(workload, writers)].append(res)
+                    # Variants take turns at each N, so drift on the machine hits them alike.
+                    for name, binary in builds(workload):
+                        res = run(s, catalog, workload, writers, args, r, binary)
+                        print(f"{name}: {workload} N={writers} run {r}: {res}", flush=True)
+                        results.setdefault((workload, writers, name), []).append(res)
+        # The catalog's rate on a table as long as the runs' (their last one, with as many
+        # snapshots as the writers kept), beside the empty table's.
+        last = res["table"]
+        ceiling["long"] = trivial_commits(s.info["rest_url"], last, 15, 1)
+        print(f"catalog ceiling on {last}: {ceiling['long']:.1f} commits/s", flush=True)
     report(results, peaks, ceiling, args)
     if args.plot:
         plot(results, peaks, ceiling, args.plot)

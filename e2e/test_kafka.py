@@ -492,3 +492,20 @@ def test_the_kafka_example_runs_unchanged_and_keeps_each_record_once_through_a_k
     finally:
         stop(second, signal.SIGTERM)
     assert sorted(got) == list(range(4000)), (len(got), len(set(got)))
+
+
+def test_a_consumer_group_growing_to_8_hosts_and_back_keeps_each_record_once(tmp_path, services, kafka):
+    """A consumer group of floe hosts on a topic of 16 partitions fed at a steady rate:
+    1 → 4 → 8 hosts join, one is SIGKILLed, 8 → 4 → 1 leave gracefully, then production
+    stops (e2e/consumer_group.py; bench-configs/kafka_group.py runs it longer). Every
+    record lands once, the group's lag returns to 0, every join and leave rebalances the
+    partitions, and the records produced before the kill all reach the table."""
+    from consumer_group import run_group
+    result = run_group(services, kafka, tmp_path, name="grow", rate=400, phase=12,
+                       free_port=free_port)
+    print({k: v for k, v in result.items() if k not in ("samples", "events")})
+    assert result["rows"] == result["records"] > 0
+    assert result["drain_s"] is not None and result["recovery_s"] is not None
+    # Each of the 8 hosts is assigned partitions at least once, and the survivors again
+    # as others join and leave.
+    assert result["assignments"] >= 8 + 4, result["assignments"]
