@@ -342,16 +342,23 @@ mod tests {
         }
     }
 
-    fn entry(status: ManifestStatus, ids: (Option<i64>, Option<i64>, Option<i64>)) -> WrittenEntry {
-        let data_file = DataFileBuilder::default()
+    /// A one-row data file whose `columns` columns have `bound` as both bounds.
+    fn data_file(columns: i32, bound: &iceberg::spec::Datum) -> DataFile {
+        DataFileBuilder::default()
             .content(DataContentType::Data)
             .file_path("f.parquet".into())
             .file_format(DataFileFormat::Parquet)
             .partition(iceberg::spec::Struct::empty())
             .record_count(1)
             .file_size_in_bytes(1)
+            .lower_bounds((1..=columns).map(|c| (c, bound.clone())).collect())
+            .upper_bounds((1..=columns).map(|c| (c, bound.clone())).collect())
             .build()
-            .unwrap();
+            .unwrap()
+    }
+
+    fn entry(status: ManifestStatus, ids: (Option<i64>, Option<i64>, Option<i64>)) -> WrittenEntry {
+        let data_file = data_file(0, &iceberg::spec::Datum::long(0));
         WrittenEntry {
             status,
             snapshot_id: ids.0,
@@ -421,18 +428,7 @@ mod tests {
         // Wide entries: long string bounds, as a table of long text columns has.
         let wide = || {
             let mut e = entry(ManifestStatus::Added, (Some(1), Some(1), Some(1)));
-            let bound = iceberg::spec::Datum::string("x".repeat(4096));
-            e.data_file = DataFileBuilder::default()
-                .content(DataContentType::Data)
-                .file_path("f.parquet".into())
-                .file_format(DataFileFormat::Parquet)
-                .partition(iceberg::spec::Struct::empty())
-                .record_count(1)
-                .file_size_in_bytes(1)
-                .lower_bounds((1..=16).map(|c| (c, bound.clone())).collect())
-                .upper_bounds((1..=16).map(|c| (c, bound.clone())).collect())
-                .build()
-                .unwrap();
+            e.data_file = data_file(16, &iceberg::spec::Datum::string("x".repeat(4096)));
             e
         };
         let manifest: Vec<_> = (0..10).map(|_| wide()).collect();
