@@ -52,16 +52,7 @@ input:
       meta table = "{prefix}_" + (root.n % {tables}).string()
 output:
   iceberg:
-    catalog:
-      url: {s.info["rest_url"]}
-    storage:
-      aws_s3:
-        bucket: {s.info["bucket"]}
-        region: {s.info["region"]}
-        endpoint: {s.info["s3_endpoint"]}
-        force_path_style_urls: true
-        credentials: {{ id: {s.info["access_key"]}, secret: {s.info["secret_key"]} }}
-    namespace: many
+{s.output_connection()}    namespace: many
     table: ${{! meta("table") }}
     schema_evolution:
       enabled: true

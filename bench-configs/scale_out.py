@@ -79,16 +79,7 @@ input:
       root.payload = "abcdefghijklmnopqrstuvwxyz0123456789-" + root.n.string()
 output:
   iceberg:
-    catalog:
-      url: {s.info["rest_url"]}
-    storage:
-      aws_s3:
-        bucket: {s.info["bucket"]}
-        region: {s.info["region"]}
-        endpoint: {s.info["s3_endpoint"]}
-        force_path_style_urls: true
-        credentials: {{ id: {s.info["access_key"]}, secret: {s.info["secret_key"]} }}
-    namespace: {NAMESPACE}
+{s.output_connection()}    namespace: {NAMESPACE}
     table: {table}
 {keyed}    commit:
       exactly_once:

@@ -60,16 +60,7 @@ input:
       meta op = if root.n % 10 == 0 {{ "delete" }} else {{ "upsert" }}
 output:
   iceberg:
-    catalog:
-      url: {s.info["rest_url"]}
-    storage:
-      aws_s3:
-        bucket: {s.info["bucket"]}
-        region: {s.info["region"]}
-        endpoint: {s.info["s3_endpoint"]}
-        force_path_style_urls: true
-        credentials: {{ id: {s.info["access_key"]}, secret: {s.info["secret_key"]} }}
-    namespace: bench
+{s.output_connection()}    namespace: bench
     table: {table}
     schema_evolution:
       enabled: true

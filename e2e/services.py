@@ -188,6 +188,16 @@ class Services:
     def __exit__(self, *exc):
         self.stop()
 
+    def output_connection(self, indent=4):
+        """The `catalog` and `storage` fields of an `iceberg` output that reach these
+        services, as YAML indented by `indent` spaces (for the benches' pipelines)."""
+        i = self.info
+        block = (f"catalog:\n  url: {i['rest_url']}\nstorage:\n  aws_s3:\n"
+                 f"    bucket: {i['bucket']}\n    region: {i['region']}\n"
+                 f"    endpoint: {i['s3_endpoint']}\n    force_path_style_urls: true\n"
+                 f"    credentials: {{ id: {i['access_key']}, secret: {i['secret_key']} }}\n")
+        return "".join(" " * indent + line + "\n" for line in block.splitlines())
+
     def _spawn(self, name, args, env=None, mode="w"):
         log = os.path.join(self.dir, f"{name}.log")
         proc = subprocess.Popen(args, stdout=open(log, mode), stderr=subprocess.STDOUT,

@@ -241,8 +241,8 @@ impl ManifestCache {
     }
 
     /// Forgets the read entries of manifests `head` does not list: called before each
-    /// merge, so a writer whose attempts keep conflicting does not fill the budget with
-    /// manifests others have merged away.
+    /// merge (the only reader of them), so a writer whose attempts keep conflicting does
+    /// not fill the budget with manifests others have merged away.
     pub fn keep_read(&self, head: &[ManifestFile]) {
         let listed: HashSet<&str> = head.iter().map(|m| m.manifest_path.as_str()).collect();
         let mut read = self.read.locked();
@@ -251,15 +251,14 @@ impl ManifestCache {
         read.bytes = read.by_manifest.values().map(|(_, size)| size).sum();
     }
 
-    /// Forgets the written and read entries of manifests `head` (a committed snapshot's
-    /// list) does not list. Called only after a commit: an attempt's new manifests are
+    /// Forgets the written entries of manifests `head` (a committed snapshot's list)
+    /// does not list. Called only after a commit: an attempt's new manifests are
     /// remembered before its list exists.
     pub fn keep_written(&self, head: &[ManifestFile]) {
         let listed: HashSet<&str> = head.iter().map(|m| m.manifest_path.as_str()).collect();
         self.written
             .locked()
             .retain(|path, _| listed.contains(path.as_str()));
-        self.keep_read(head);
     }
 
     /// Forgets every manifest `head` does not list.
@@ -416,9 +415,9 @@ mod tests {
         };
         assert!(cache.read_entries(&later).is_none());
         // Kept while the head lists the manifest.
-        cache.keep_written(std::slice::from_ref(&source));
+        cache.keep_read(std::slice::from_ref(&source));
         assert!(cache.read_entries(&source).is_some());
-        cache.keep_written(&[]);
+        cache.keep_read(&[]);
         assert!(cache.read_entries(&source).is_none());
     }
 
