@@ -16,6 +16,7 @@ Every table is read back (pyiceberg: its rows, all of them, no more). Figures on
 nothing is asserted beyond the read-back.
 
     bench-configs/many_tables.py --tables 10,100,1000 --rows 100000 --runs 3
+    bench-configs/many_tables.py --tables 3,10 --atomic off,on   # commit.atomic_tables
 """
 import argparse
 import os
@@ -34,7 +35,7 @@ from services import Services  # noqa: E402
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def pipeline(s, prefix, rows, tables, batch, in_flight, idle):
+def pipeline(s, prefix, rows, tables, batch, in_flight, idle, atomic):
     return f"""
 http:
   enabled: false
@@ -58,6 +59,7 @@ output:
       enabled: true
     commit:
       table_idle_timeout: {idle}
+      atomic_tables: {str(atomic).lower()}
     max_in_flight: {in_flight}
     batching:
       count: {batch}
@@ -86,9 +88,10 @@ def tcp_connections(pid):
     return n
 
 
-def run(s, catalog, prefix, args, tables):
+def run(s, catalog, prefix, args, tables, atomic=False):
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(pipeline(s, prefix, args.rows, tables, args.batch, args.in_flight, args.idle))
+        f.write(pipeline(s, prefix, args.rows, tables, args.batch, args.in_flight, args.idle,
+                         atomic))
     services_cpu = {name: cpu_seconds(pid) for name, pid in s.pids.items()}
     t0 = time.perf_counter()
     proc = subprocess.Popen([FLOE, "run", f.name], stdout=subprocess.DEVNULL,
@@ -133,7 +136,10 @@ def main():
     ap.add_argument("--in-flight", type=int, default=4)
     ap.add_argument("--idle", default="5m", help="commit.table_idle_timeout")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--atomic", default="off",
+                    help="commit.atomic_tables: off, on, or off,on (side by side, in turn)")
     args = ap.parse_args()
+    modes = [m.strip() == "on" for m in args.atomic.split(",")]
     from pyiceberg.catalog import load_catalog
     with Services() as s:
         catalog = load_catalog("bench", type="rest", uri=s.info["rest_url"], **{
@@ -144,21 +150,24 @@ def main():
         run(s, catalog, f"warmup_{int(time.time())}", args, 2)
         results = {}
         for tables in [int(x) for x in args.tables.split(",")]:
-            results[tables] = [run(s, catalog, f"t{tables}_{r}_{int(time.time())}", args, tables)
-                               for r in range(args.runs)]
+            for r in range(args.runs):
+                for atomic in modes:
+                    prefix = f"t{tables}_{'a' if atomic else 'p'}{r}_{int(time.time())}"
+                    results.setdefault((tables, atomic), []).append(
+                        run(s, catalog, prefix, args, tables, atomic))
     print(f"{args.rows:,} messages in batches of {args.batch}, max_in_flight "
           f"{args.in_flight}, message n to table n mod N; REST fixture + SeaweedFS on this "
           f"machine; {args.runs} runs each, median [min–max]")
     names = sorted(k[:-3] for k in next(iter(results.values()))[0] if k.endswith("_us"))
-    print("| tables | rows/s | commits/s | peak RSS (MiB) | most connections | "
+    print("| tables | atomic_tables | rows/s | commits/s | peak RSS (MiB) | most connections | "
           + " | ".join(f"CPU µs/row: {n}" for n in names) + " |")
-    print("|---:|---:|---:|---:|---:|" + "---:|" * len(names))
-    for tables, runs in results.items():
+    print("|---:|---|---:|---:|---:|---:|" + "---:|" * len(names))
+    for (tables, atomic), runs in results.items():
         def cell(key, fmt="{:,.0f}"):
             xs = [x[key] for x in runs]
             return f"{fmt.format(statistics.median(xs))} [{fmt.format(min(xs))}–{fmt.format(max(xs))}]"
         cpu = " | ".join(cell(f"{n}_us", "{:.1f}") for n in names)
-        print(f"| {tables:,} | {cell('rows_per_s')} | {cell('commits_per_s', '{:.1f}')} | "
+        print(f"| {tables:,} | {'on' if atomic else 'off'} | {cell('rows_per_s')} | {cell('commits_per_s', '{:.1f}')} | "
               f"{cell('rss_mib')} | {cell('connections')} | {cpu} |")
 
 

@@ -173,6 +173,17 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen, log: str):
     raise RuntimeError(f"{url} not ready after {timeout}s; log:\n{open(log).read()[-3000:]}")
 
 
+def output_connection(info, indent=4):
+    """The `catalog` and `storage` fields of an `iceberg` output that reach the services
+    `info` describes (the tests' `services` fixture), as YAML indented by `indent`."""
+    i = info
+    block = (f"catalog:\n  url: {i['rest_url']}\nstorage:\n  aws_s3:\n"
+             f"    bucket: {i['bucket']}\n    region: {i['region']}\n"
+             f"    endpoint: {i['s3_endpoint']}\n    force_path_style_urls: true\n"
+             f"    credentials: {{ id: {i['access_key']}, secret: {i['secret_key']} }}\n")
+    return "".join(" " * indent + line + "\n" for line in block.splitlines())
+
+
 class Services:
     def __init__(self):
         self.procs = []
@@ -191,12 +202,7 @@ class Services:
     def output_connection(self, indent=4):
         """The `catalog` and `storage` fields of an `iceberg` output that reach these
         services, as YAML indented by `indent` spaces (for the benches' pipelines)."""
-        i = self.info
-        block = (f"catalog:\n  url: {i['rest_url']}\nstorage:\n  aws_s3:\n"
-                 f"    bucket: {i['bucket']}\n    region: {i['region']}\n"
-                 f"    endpoint: {i['s3_endpoint']}\n    force_path_style_urls: true\n"
-                 f"    credentials: {{ id: {i['access_key']}, secret: {i['secret_key']} }}\n")
-        return "".join(" " * indent + line + "\n" for line in block.splitlines())
+        return output_connection(self.info, indent)
 
     def _spawn(self, name, args, env=None, mode="w"):
         log = os.path.join(self.dir, f"{name}.log")

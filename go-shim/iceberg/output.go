@@ -120,6 +120,7 @@ func ConfigSpec() *service.ConfigSpec {
 				service.NewIntField("max_group_rows").Default(def("commit.max_group_rows")).Advanced().Description("Most rows in one commit group."),
 				service.NewIntField("max_group_bytes").Default(def("commit.max_group_bytes")).Advanced().Description("Most JSON bytes in one commit group."),
 				service.NewDurationField("table_idle_timeout").Default(def("commit.table_idle_timeout")).Advanced().Description("A table no batch has written for this long is closed: its committer stops and its caches are freed; the next message for it opens it again (one catalog load). Bounds what a pipeline routing to many tables holds for those it no longer writes. `0s`: tables stay open."),
+				service.NewBoolField("atomic_tables").Default(def("commit.atomic_tables")).Description("Commit the tables one batch writes in one catalog transaction (REST `POST /v1/{prefix}/transactions/commit`; one SQLite transaction for the embedded catalog): readers see every table of the batch change or none, e.g. a CDC batch routed to several tables by `table: ${! meta(\"table\") }`. A message failing through its own fault fails alone and the rest commit; any other failure on one table fails the batch on all of them, to be retried whole. Such batches keep arrival order, and group commit never puts two of them in one snapshot of a table. Only as atomic as the catalog: Apache's REST fixture checks every table's requirements, then commits the tables one by one. A catalog whose `/v1/config` lists endpoints without this one is a config error at start-up."),
 				service.NewObjectField("exactly_once",
 					service.NewStringField("writer_id").Optional().Description("Names this pipeline in snapshot summaries; processes sharing sources should share it."),
 					service.NewInterpolatedStringField("source").Description("Where a message came from, e.g. `${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }`."),
@@ -178,6 +179,8 @@ type output struct {
 	table      *service.InterpolatedString
 	// Per-message row operation; nil when every message is an insert.
 	rowOp *service.InterpolatedString
+	// Whether calls keep their place in arrival order (keyed writes, atomic_tables).
+	ordered bool
 	// Exactly-once positions; nil when off.
 	source *service.InterpolatedString
 	offset *service.InterpolatedString
@@ -397,6 +400,10 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	if err != nil {
 		return nil, err
 	}
+	atomicTables := false
+	if conf.Contains(fCommit, "atomic_tables") {
+		atomicTables, _ = conf.FieldBool(fCommit, "atomic_tables")
+	}
 	forwardLibfloeLogs(mgr.Logger())
 	o := &output{
 		gate:          newByteGate(int64(maxBytes)),
@@ -410,6 +417,7 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 		namespace:     ns,
 		table:         tbl,
 		rowOp:         rowOp,
+		ordered:       rowOp != nil || atomicTables,
 		source:        source,
 		offset:        offset,
 		log:           mgr.Logger(),
@@ -596,10 +604,12 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) err
 	sources, offsets := o.positions(batch, failures)
 	ops := o.operations(batch, failures)
 	full := floe.Batch{Messages: payloads, Namespaces: ns, Tables: tbl, Operations: ops, Sources: sources, Offsets: offsets, Types: o.types(batch, failures)}
-	if o.rowOp != nil {
+	if o.ordered {
 		// Upserts and deletes: the call keeps its place in arrival order through every
 		// retry, so each key's operations apply in the order the host handed the batches
-		// over, whichever of the calls in flight finishes first.
+		// over, whichever of the calls in flight finishes first. Batches whose tables
+		// commit together keep it too: each table then meets their transactions in one
+		// order, so none waits for a later one.
 		full.Call = w.Arrive()
 		defer w.Depart(full.Call)
 	}

@@ -144,6 +144,31 @@ pub trait Catalog: Send + Sync {
     ) -> Result<LoadedTable> {
         self.commit(&base.ident, requirements, updates).await
     }
+
+    /// `Ok` when [`Self::commit_tables`] is offered, else a config error saying why not
+    /// (asked once, when `commit.atomic_tables` is on).
+    fn check_commit_tables(&self) -> Result<()> {
+        Err(crate::Error::config(
+            "commit.atomic_tables: this catalog cannot commit several tables at once",
+        ))
+    }
+
+    /// Applies each table's updates if every requirement of every table holds, as one
+    /// transaction: all tables change or none does. Errors as [`Self::commit`]'s, for the
+    /// whole: a conflict on any table refuses every table's changes. Callers load the
+    /// tables afterwards (a REST catalog answers without them).
+    async fn commit_tables(&self, changes: Vec<TableChanges>) -> Result<()> {
+        let _ = changes;
+        self.check_commit_tables()
+    }
+}
+
+/// One table's part of a multi-table commit (see [`Catalog::commit_tables`]).
+#[derive(Debug)]
+pub struct TableChanges {
+    pub ident: TableIdent,
+    pub requirements: Vec<TableRequirement>,
+    pub updates: Vec<TableUpdate>,
 }
 
 /// Splits a dotted namespace (`a.b`) into levels, refusing empty levels.

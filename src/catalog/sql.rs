@@ -18,7 +18,7 @@ use iceberg::{NamespaceIdent, TableCreation, TableIdent, TableRequirement, Table
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::answer::apply_updates;
-use super::{Catalog, LoadedTable, NewTable};
+use super::{Catalog, LoadedTable, NewTable, TableChanges};
 use crate::error::{Error, ErrorKind, Result};
 
 const SCHEMA_SQL: &str = "
@@ -282,6 +282,157 @@ impl Catalog for SqlCatalog {
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
     ) -> Result<LoadedTable> {
+        let change = self.prepare(ident, requirements, updates).await?;
+        let swapped = self.with_conn(|c| change.swap(c, &self.name));
+        match swapped {
+            Ok(true) => Ok(self.applied(change).await),
+            Ok(false) => {
+                change.discard(&self.file_io).await;
+                Err(changed_by_another(ident))
+            }
+            // The swap may have happened before the error surfaced: keep the file.
+            Err(e) => Err(Error::new(
+                ErrorKind::CommitStateUnknown,
+                format!("embedded catalog commit of {ident}: {e}"),
+            )),
+        }
+    }
+
+    fn check_commit_tables(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Every table's pointer is swapped in one SQLite transaction, which holds the
+    /// database's write lock from its start: each swap finds the metadata it was built
+    /// on or the transaction rolls back, so readers see every table's new metadata or
+    /// none of it.
+    async fn commit_tables(&self, changes: Vec<TableChanges>) -> Result<()> {
+        let mut prepared = Vec::with_capacity(changes.len());
+        for c in changes {
+            match self.prepare(&c.ident, c.requirements, c.updates).await {
+                Ok(change) => prepared.push(change),
+                Err(e) => {
+                    discard_all(&prepared, &self.file_io).await;
+                    return Err(e);
+                }
+            }
+        }
+        let swapped = self.with_conn(|c| Ok(swap_all(c, &self.name, &prepared)))?;
+        let names = || {
+            let names: Vec<String> = prepared.iter().map(|c| c.ident.to_string()).collect();
+            names.join(", ")
+        };
+        match swapped {
+            Ok(None) => {
+                for change in prepared {
+                    self.applied(change).await;
+                }
+                Ok(())
+            }
+            Ok(Some(ident)) => {
+                discard_all(&prepared, &self.file_io).await;
+                Err(changed_by_another(&ident))
+            }
+            Err(Swap::NotApplied(e)) => {
+                discard_all(&prepared, &self.file_io).await;
+                Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("embedded catalog commit of {}: {e}", names()),
+                ))
+            }
+            // The commit may have been applied before the error surfaced: keep the files.
+            Err(Swap::Unknown(e)) => Err(Error::new(
+                ErrorKind::CommitStateUnknown,
+                format!("embedded catalog commit of {}: {e}", names()),
+            )),
+        }
+    }
+}
+
+/// Swaps every change's pointer in one transaction that holds the write lock from its
+/// start; `Ok(Some(table))` when another writer moved that table (rolled back).
+fn swap_all(
+    c: &Connection,
+    catalog: &str,
+    prepared: &[PreparedChange],
+) -> std::result::Result<Option<TableIdent>, Swap> {
+    let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
+        .map_err(Swap::NotApplied)?;
+    for change in prepared {
+        // Dropping `tx` on return rolls it back.
+        if !change.swap(&tx, catalog).map_err(Swap::NotApplied)? {
+            return Ok(Some(change.ident.clone()));
+        }
+    }
+    tx.commit().map_err(Swap::Unknown)?;
+    Ok(None)
+}
+
+/// Why a multi-table swap failed: before its transaction committed (rolled back, nothing
+/// applied), or at the commit itself (which may have been applied).
+enum Swap {
+    NotApplied(rusqlite::Error),
+    Unknown(rusqlite::Error),
+}
+
+fn changed_by_another(ident: &TableIdent) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!("table {ident} was changed by another writer"),
+    )
+}
+
+async fn discard_all(prepared: &[PreparedChange], file_io: &FileIO) {
+    for change in prepared {
+        change.discard(file_io).await;
+    }
+}
+
+/// A commit's new metadata, written and waiting for its pointer to be swapped.
+struct PreparedChange {
+    ident: TableIdent,
+    previous_metadata: Arc<TableMetadata>,
+    previous_location: String,
+    metadata: TableMetadata,
+    location: String,
+}
+
+impl PreparedChange {
+    /// Points the table at the new metadata if it still points at the metadata the
+    /// change was built on; `false` when another writer moved it.
+    fn swap(&self, c: &Connection, catalog: &str) -> rusqlite::Result<bool> {
+        let ns = SqlCatalog::namespace_key(self.ident.namespace());
+        let rows = c.execute(
+            "UPDATE iceberg_tables
+             SET metadata_location = ?1, previous_metadata_location = ?2
+             WHERE catalog_name = ?3 AND table_namespace = ?4 AND table_name = ?5
+               AND metadata_location = ?2",
+            params![
+                self.location,
+                self.previous_location,
+                catalog,
+                ns,
+                self.ident.name()
+            ],
+        )?;
+        Ok(rows == 1)
+    }
+
+    /// Deletes the new metadata file of a change that was not applied.
+    async fn discard(&self, file_io: &FileIO) {
+        let _ = file_io.delete(&self.location).await;
+    }
+}
+
+impl SqlCatalog {
+    /// Checks the requirements against the table as it is, applies the updates and
+    /// writes the new metadata file (not yet pointed at).
+    async fn prepare(
+        &self,
+        ident: &TableIdent,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<PreparedChange> {
         let current = self
             .load_table(ident)
             .await?
@@ -308,39 +459,29 @@ impl Catalog for SqlCatalog {
                 format!("embedded catalog refused the commit to {ident}: {e}"),
             )
         })?;
-        let new_location = next_metadata_location(metadata.location(), Some(&previous_location));
-        self.write_metadata(&new_location, &metadata).await?;
-        let ns = Self::namespace_key(ident.namespace());
-        let swapped = self.with_conn(|c| {
-            c.execute(
-                "UPDATE iceberg_tables
-                 SET metadata_location = ?1, previous_metadata_location = ?2
-                 WHERE catalog_name = ?3 AND table_namespace = ?4 AND table_name = ?5
-                   AND metadata_location = ?2",
-                params![new_location, previous_location, self.name, ns, ident.name()],
-            )
-        });
-        match swapped {
-            Ok(1) => {
-                self.delete_dropped_metadata(&current.metadata, &previous_location, &metadata)
-                    .await;
-                let metadata = Arc::new(metadata);
-                self.remember(ident, &new_location, &metadata);
-                Ok(Self::loaded(ident, new_location, metadata))
-            }
-            Ok(_) => {
-                let _ = self.file_io.delete(&new_location).await;
-                Err(Error::new(
-                    ErrorKind::Conflict,
-                    format!("table {ident} was changed by another writer"),
-                ))
-            }
-            // The swap may have happened before the error surfaced: keep the file.
-            Err(e) => Err(Error::new(
-                ErrorKind::CommitStateUnknown,
-                format!("embedded catalog commit of {ident}: {e}"),
-            )),
-        }
+        let location = next_metadata_location(metadata.location(), Some(&previous_location));
+        self.write_metadata(&location, &metadata).await?;
+        Ok(PreparedChange {
+            ident: ident.clone(),
+            previous_metadata: current.metadata,
+            previous_location,
+            metadata,
+            location,
+        })
+    }
+
+    /// Takes in a change whose swap was committed: old metadata files the table's log
+    /// dropped are deleted, the new metadata is remembered.
+    async fn applied(&self, change: PreparedChange) -> LoadedTable {
+        self.delete_dropped_metadata(
+            &change.previous_metadata,
+            &change.previous_location,
+            &change.metadata,
+        )
+        .await;
+        let metadata = Arc::new(change.metadata);
+        self.remember(&change.ident, &change.location, &metadata);
+        Self::loaded(&change.ident, change.location, metadata)
     }
 }
 

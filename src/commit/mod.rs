@@ -20,6 +20,7 @@ pub mod offsets;
 pub mod order;
 pub mod snapshot;
 pub mod staging;
+pub mod together;
 
 pub use snapshot::{
     COMMIT_ID_PROPERTY, PreparedCommit, SnapshotChanges, find_commit, prepare_snapshot,

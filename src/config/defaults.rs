@@ -79,6 +79,7 @@ impl Default for CommitConfig {
             max_group_rows: default_group_rows(),
             max_group_bytes: default_group_bytes(),
             table_idle_timeout: default_table_idle_timeout(),
+            atomic_tables: false,
             exactly_once: None,
         }
     }

@@ -245,6 +245,11 @@ pub struct CommitConfig {
         serialize_with = "go_duration"
     )]
     pub table_idle_timeout: std::time::Duration,
+    /// The tables one call writes commit in one catalog transaction: readers see all of
+    /// them change or none (REST `transactions/commit`; one SQLite transaction for the
+    /// embedded catalog). A catalog that does not offer it is a config error.
+    #[serde(default)]
+    pub atomic_tables: bool,
     /// Exactly-once across restarts: committed offsets per source are recorded in each
     /// snapshot under this writer id, and already committed messages are acknowledged
     /// without being written again.

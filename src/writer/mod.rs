@@ -30,6 +30,7 @@ use crate::commit::committer::{
 };
 use crate::commit::offsets::SourceOffsets;
 use crate::commit::order::{Ticket, UNORDERED};
+use crate::commit::together::Party;
 use crate::config::{CatalogKind, Config, MergeStrategy, UnknownFieldPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::evolve;
@@ -99,6 +100,20 @@ struct TableHandle {
     last_used: Mutex<std::time::Instant>,
 }
 
+/// A ticket a call took for itself (see [`Writer::write_call`]), given back however the
+/// call ends, a cancelled one included: a ticket left behind would hold back every later
+/// ordered call to its tables.
+struct OwnTicket<'a> {
+    order: &'a crate::commit::order::Order,
+    ticket: Ticket,
+}
+
+impl Drop for OwnTicket<'_> {
+    fn drop(&mut self) {
+        self.order.depart(self.ticket);
+    }
+}
+
 /// How often calls look for tables idle longer than `commit.table_idle_timeout`.
 const IDLE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -159,6 +174,9 @@ impl Writer {
                 )?)
             }
         };
+        if config.commit.atomic_tables {
+            catalog.check_commit_tables()?;
+        }
         let reads_delete_files = catalog.reads_delete_files();
         if !reads_delete_files {
             strategy_without_delete_files(config.merge_strategy)?;
@@ -336,10 +354,33 @@ impl Writer {
                 }
             }
         }
+        // Tables that commit together keep arrival order, which makes each table meet
+        // the transactions in one order (see `commit::together`): a call that keeps none
+        // takes a place for itself.
+        let together = self.config.commit.atomic_tables && groups.len() > 1;
+        let own_ticket = (together && ticket == UNORDERED).then(|| OwnTicket {
+            order: &self.options.order,
+            ticket: self.arrive(),
+        });
+        let ticket = own_ticket.as_ref().map_or(ticket, |own| own.ticket);
+        let mut parties = match together {
+            true => {
+                let tables: Vec<TableIdent> = groups.keys().cloned().collect();
+                let parties = crate::commit::together::parties(self.catalog.clone(), &tables);
+                tables
+                    .into_iter()
+                    .zip(parties.into_iter().map(Some))
+                    .collect()
+            }
+            false => HashMap::new(),
+        };
         self.options.order.attempt(ticket, groups.keys());
-        let results =
-            futures::future::join_all(groups.into_iter().map(|(ident, idx)| async move {
-                let result = self.write_group(ticket, &ident, messages, &idx).await;
+        let results = futures::future::join_all(groups.into_iter().map(|(ident, idx)| {
+            let party = parties.remove(&ident).flatten();
+            async move {
+                let result = self
+                    .write_group(ticket, &ident, messages, &idx, party)
+                    .await;
                 match &result {
                     Ok(group) if !group.retry_left => self.options.order.settle(ticket, &ident),
                     Err(e) if e.kind() == ErrorKind::Data => {
@@ -348,8 +389,10 @@ impl Writer {
                     _ => self.options.order.unsettle(ticket, &ident),
                 }
                 (ident, idx, result)
-            }))
-            .await;
+            }
+        }))
+        .await;
+        drop(own_ticket);
         let (mut rows_committed, mut snapshots) = (0, 0);
         // Whether any of the call's tables committed its rows: then the call must not
         // fail as a whole (the host would write those rows again), whether or not this
@@ -475,12 +518,38 @@ impl Writer {
         }
     }
 
+    /// One table's part of a call. With its `party` in the call's transaction across
+    /// tables: a table that ends with nothing to commit (its messages failed through
+    /// their own fault, or were committed before) withdraws; one that fails otherwise
+    /// calls the transaction off (see [`crate::commit::together`]).
     async fn write_group(
         &self,
         ticket: Ticket,
         ident: &TableIdent,
         messages: &[Message<'_>],
         idx: &[usize],
+        party: Option<Party>,
+    ) -> Result<GroupResult> {
+        let mut party = party;
+        let result = self
+            .write_table_part(ticket, ident, messages, idx, &mut party)
+            .await;
+        if let Some(party) = party {
+            match &result {
+                Err(e) if e.kind() != ErrorKind::Data => drop(party),
+                _ => party.withdraw(),
+            }
+        }
+        result
+    }
+
+    async fn write_table_part(
+        &self,
+        ticket: Ticket,
+        ident: &TableIdent,
+        messages: &[Message<'_>],
+        idx: &[usize],
+        party: &mut Option<Party>,
     ) -> Result<GroupResult> {
         let handle = self
             .table_handle(ident, messages, idx)
@@ -504,18 +573,27 @@ impl Writer {
             self.reload_if_key_refused(ident, &handle).await;
         }
         // Rows shredded for a schema that changed before they were committed are
-        // shredded again (nothing of them was committed).
+        // shredded again (nothing of them was committed) — unless they went with the
+        // call's transaction across tables, which their failure called off: shredded
+        // again, they would commit alone.
         let mut reshreds = 0;
+        let linked = party.is_some();
         let (result, plan) = loop {
             let (claim, plan) = self
                 .plan_checked(ticket, ident, &handle, messages, idx)
                 .await?;
             let may_evolve = reshreds < MAX_RESHREDS;
             let result = self
-                .shred_and_submit(ticket, &handle, claim, messages, idx, &plan, may_evolve)
+                .shred_and_submit(
+                    ticket, &handle, claim, messages, idx, &plan, may_evolve, party,
+                )
                 .await;
             match result {
-                Err(e) if e.kind() == ErrorKind::SchemaChanged && reshreds < MAX_RESHREDS => {
+                Err(e)
+                    if e.kind() == ErrorKind::SchemaChanged
+                        && reshreds < MAX_RESHREDS
+                        && party.is_some() == linked =>
+                {
                     tracing::debug!("shredding again for {ident}: {e}");
                     reshreds += 1;
                 }

@@ -15,6 +15,7 @@ impl Writer {
         idx: &[usize],
         plan: &WritePlan,
         may_evolve: bool,
+        party: &mut Option<Party>,
     ) -> Result<GroupResult> {
         let view = handle.committer.view();
         let schema_id = view.schema_id();
@@ -139,6 +140,25 @@ impl Writer {
             }
             _ => (data, None),
         };
+        // Rows committing together with other tables' go all or none: a message to be
+        // retried (not at its fault, or held by another call) fails the table's whole
+        // part, and so the call's; a table left with nothing to write would otherwise
+        // withdraw, and the others commit without its messages.
+        if party.is_some()
+            && let Some(e) = failures
+                .iter()
+                .chain(&plan.refused)
+                .map(|(_, e)| e)
+                .find(|e| e.kind() != ErrorKind::Data)
+        {
+            return Err(Error::new(
+                e.kind(),
+                format!(
+                    "{e}; the batch's tables commit together (commit.atomic_tables), so none \
+                     of its messages for them was committed"
+                ),
+            ));
+        }
         if batch.num_rows() == 0 && deletes.is_none() {
             return Ok(GroupResult {
                 rows: 0,
@@ -164,6 +184,7 @@ impl Writer {
             bytes,
             schema_id,
             offsets,
+            together: party.take(),
         };
         failpoint::hit(failpoint::names::BEFORE_SUBMIT);
         // Messages held back to be retried: the calls after this one wait for them (see

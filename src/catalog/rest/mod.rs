@@ -26,7 +26,7 @@ use tokio::sync::Mutex;
 use super::answer::{AnswerHead, apply_updates, refs_after};
 use super::aws_chain::CredentialSource;
 use super::sigv4::Signer;
-use super::{Catalog, LoadedTable, NewTable};
+use super::{Catalog, LoadedTable, NewTable, TableChanges};
 use crate::config::{CatalogConfig, OAuth2Config, SigV4Config, redact_user_info};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sync::LockExt;
@@ -53,7 +53,12 @@ pub struct RestCatalog {
     /// Unity Catalog (by its endpoint's path): it refuses identifier-field ids when a
     /// table is created, and its readers apply no delete files.
     unity: bool,
+    /// The endpoints `/v1/config` says the server offers (`None`: it did not say).
+    endpoints: Option<Vec<String>>,
 }
+
+/// The multi-table commit endpoint, as `/v1/config` lists it.
+const COMMIT_TRANSACTION: &str = "POST /v1/{prefix}/transactions/commit";
 
 /// The path of Unity Catalog's Iceberg REST endpoint (Databricks).
 const UNITY_PATH: &str = "/api/2.1/unity-catalog/iceberg-rest";
@@ -64,6 +69,8 @@ struct ConfigResponse {
     overrides: HashMap<String, String>,
     #[serde(default)]
     defaults: HashMap<String, String>,
+    #[serde(default)]
+    endpoints: Option<Vec<String>>,
 }
 
 /// The CA certificates of `catalog.tls_root_cas_file`.
@@ -166,6 +173,7 @@ impl RestCatalog {
             auth,
             warehouse: config.warehouse.clone(),
             unity: url.trim_end_matches('/').ends_with(UNITY_PATH),
+            endpoints: None,
         };
         if catalog.unity {
             tracing::info!(
@@ -184,6 +192,7 @@ impl RestCatalog {
                 parse_json(response, "catalog config").await
             })
             .await?;
+        catalog.endpoints = cfg.endpoints;
         let mut props = cfg.defaults;
         props.extend(cfg.overrides);
         if let Some(prefix) = props.get("prefix").filter(|p| !p.is_empty()) {
@@ -378,6 +387,14 @@ impl Catalog for RestCatalog {
 
     fn reads_delete_files(&self) -> bool {
         !self.unity
+    }
+
+    fn check_commit_tables(&self) -> Result<()> {
+        offers_commit_transaction(self.endpoints.as_deref())
+    }
+
+    async fn commit_tables(&self, changes: Vec<TableChanges>) -> Result<()> {
+        self.redacted(self.post_transaction(changes)).await
     }
 
     async fn commit(

@@ -171,10 +171,23 @@ impl RestCatalog {
         ident: &TableIdent,
         request: &CommitTableRequest,
     ) -> Result<CommitAnswer> {
-        let response = match self
-            .send(Method::POST, &self.table_url(ident), Some(request))
-            .await
-        {
+        let what = format!("commit to {ident}");
+        let response = self
+            .post_changes(&self.table_url(ident), request, &what)
+            .await?;
+        Ok(CommitAnswer::new(response))
+    }
+
+    /// Posts changes to tables; returns a successful answer. Only answers that say the
+    /// request was refused are definite failures: a lost connection, 5xx, 408 or a
+    /// proxy's surprise may come after the server applied the changes (unknown outcome).
+    async fn post_changes<B: serde::Serialize>(
+        &self,
+        url: &str,
+        request: &B,
+        what: &str,
+    ) -> Result<Response> {
+        let response = match self.send(Method::POST, url, Some(request)).await {
             Ok(r) => r,
             // The request may have reached the server before the connection failed.
             Err(e) if e.kind() == ErrorKind::Unavailable => {
@@ -187,22 +200,16 @@ impl RestCatalog {
         };
         let status = response.status();
         if status.is_success() {
-            return Ok(CommitAnswer::new(response));
+            return Ok(response);
         }
-        let error = status_error(response, &format!("commit to {ident}")).await;
-        // Only answers that say the request was refused are definite; any other (5xx,
-        // 408, proxies' surprises) may come after the server applied the commit.
-        let definite = matches!(
-            status.as_u16(),
-            400 | 401 | 403 | 404 | 405 | 406 | 409 | 422 | 429
-        );
-        if !definite {
-            return Err(Error::new(
+        let error = status_error(response, what).await;
+        match definite_refusal(status) {
+            true => Err(error),
+            false => Err(Error::new(
                 ErrorKind::CommitStateUnknown,
                 error.message().to_string(),
-            ));
+            )),
         }
-        Err(error)
     }
 }
 
@@ -274,6 +281,57 @@ pub(super) fn without_identifier_fields(
         .with_fields(schema.as_struct().fields().iter().cloned())
         .build()
         .map_err(Error::from)
+}
+
+/// The body of `POST /v1/{prefix}/transactions/commit`.
+#[derive(serde::Serialize)]
+pub(super) struct CommitTransactionRequest {
+    #[serde(rename = "table-changes")]
+    table_changes: Vec<CommitTableRequest>,
+}
+
+impl RestCatalog {
+    /// Posts a multi-table commit. The catalog answers without the tables (the spec says
+    /// 204; Apache's fixture sends 200 with no body); a refusal refuses every table's
+    /// changes.
+    pub(super) async fn post_transaction(&self, changes: Vec<TableChanges>) -> Result<()> {
+        let names: Vec<String> = changes.iter().map(|c| c.ident.to_string()).collect();
+        let what = format!("commit to {} together", names.join(", "));
+        let request = CommitTransactionRequest {
+            table_changes: changes
+                .into_iter()
+                .map(|c| commit_request(&c.ident, c.requirements, c.updates))
+                .collect(),
+        };
+        let url = format!("{}/transactions/commit", self.base);
+        self.post_changes(&url, &request, &what).await?;
+        Ok(())
+    }
+}
+
+/// Whether `/v1/config`'s endpoints include the multi-table commit. A server that lists
+/// none offers the REST spec's default endpoints, which include it.
+pub(super) fn offers_commit_transaction(endpoints: Option<&[String]>) -> Result<()> {
+    let Some(list) = endpoints else {
+        return Ok(());
+    };
+    let normal = |e: &String| e.split_whitespace().collect::<Vec<_>>().join(" ");
+    match list.iter().any(|e| normal(e) == COMMIT_TRANSACTION) {
+        true => Ok(()),
+        false => Err(Error::config(format!(
+            "commit.atomic_tables: the catalog does not offer multi-table commits: \
+             {COMMIT_TRANSACTION} is not among the endpoints its /v1/config lists; \
+             turn atomic_tables off, or use a catalog that offers it"
+        ))),
+    }
+}
+
+/// Whether an answer says the request was refused (nothing applied).
+fn definite_refusal(status: StatusCode) -> bool {
+    matches!(
+        status.as_u16(),
+        400 | 401 | 403 | 404 | 405 | 406 | 409 | 422 | 429
+    )
 }
 
 pub(super) fn commit_request(

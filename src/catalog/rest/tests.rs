@@ -260,3 +260,21 @@ fn vended_credentials_are_asked_for_unless_the_config_says_otherwise() {
     ask_for_vended_credentials(&mut off);
     assert!(off.get(ACCESS_DELEGATION).is_none());
 }
+
+#[test]
+fn multi_table_commits_are_offered_when_listed_or_when_no_endpoints_are() {
+    let listed = |e: &[&str]| e.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert!(offers_commit_transaction(None).is_ok());
+    let fixture = listed(&[
+        "GET /v1/{prefix}/namespaces",
+        "POST  /v1/{prefix}/transactions/commit",
+    ]);
+    assert!(offers_commit_transaction(Some(&fixture)).is_ok());
+    let without = listed(&[
+        "GET /v1/{prefix}/namespaces",
+        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    ]);
+    let e = offers_commit_transaction(Some(&without)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Config);
+    assert!(e.to_string().contains("commit.atomic_tables"), "{e}");
+}

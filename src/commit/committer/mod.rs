@@ -47,6 +47,7 @@ use super::expire::Retention;
 use super::offsets::{SourceOffsets, committed_offsets};
 use super::order::{Order, Ticket, UNORDERED};
 use super::staging::StagedFile;
+use super::together::Party;
 use crate::catalog::Catalog;
 use crate::config::{MergeStrategy, ParquetConfig};
 use crate::error::{Error, ErrorKind, Result};
@@ -140,6 +141,9 @@ pub struct Submission {
     pub schema_id: i32,
     /// Exactly-once: the offsets of these rows.
     pub offsets: SourceOffsets,
+    /// The call's transaction across tables (`commit.atomic_tables`), when its rows go
+    /// to several: they commit with the other tables' rows or not at all.
+    pub together: Option<Party>,
 }
 
 /// Where a submission's rows went.
@@ -380,6 +384,16 @@ struct EncodedGroup {
     schema_id: i32,
     spec_id: i32,
     pendings: Vec<Pending>,
+}
+
+impl EncodedGroup {
+    /// Whether the group's rows commit together with other tables' (see
+    /// [`crate::commit::together`]).
+    fn commits_together(&self) -> bool {
+        self.pendings
+            .iter()
+            .any(|p| p.submission.together.is_some())
+    }
 }
 
 fn fail_all(pendings: Vec<Pending>, error: &Error) {

@@ -146,6 +146,9 @@ pub(super) async fn collect(
 ) -> Vec<Pending> {
     let mut rows = first.submission.batch.num_rows();
     let mut bytes = first.submission.bytes;
+    // Rows committing together with other tables' (`commit.atomic_tables`) share a group
+    // with rows of no other such call: the group's commit is that one transaction's part.
+    let mut together = first.submission.together.is_some();
     let mut group = vec![first];
     let started = Instant::now();
     let linger_until = started + options.linger;
@@ -171,12 +174,15 @@ pub(super) async fn collect(
         };
         let Some(p) = next else { break };
         let (r, b) = (p.submission.batch.num_rows(), p.submission.bytes);
-        if rows + r > options.max_group_rows || bytes + b > options.max_group_bytes {
+        let joins_another = together && p.submission.together.is_some();
+        if joins_another || rows + r > options.max_group_rows || bytes + b > options.max_group_bytes
+        {
             *carry = Some(p);
             break;
         }
         rows += r;
         bytes += b;
+        together |= p.submission.together.is_some();
         group.push(p);
     }
     group
@@ -215,6 +221,7 @@ mod tests {
                 bytes,
                 schema_id: 0,
                 offsets: SourceOffsets::default(),
+                together: None,
             },
             reply: Some(oneshot::channel().0),
         }

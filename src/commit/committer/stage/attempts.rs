@@ -71,9 +71,12 @@ impl CommitStage {
         &mut self,
         changes: &SnapshotChanges,
         staged_data: Vec<StagedFile>,
+        together: Option<&Party>,
     ) -> Outcome {
         let mut tries = Tries::default();
-        let mut outcome = self.attempt_commits(changes, staged_data, &mut tries).await;
+        let mut outcome = self
+            .attempt_commits(changes, staged_data, together, &mut tries)
+            .await;
         outcome.tries = tries;
         outcome
     }
@@ -83,6 +86,7 @@ impl CommitStage {
         &mut self,
         changes: &SnapshotChanges,
         mut staged_data: Vec<StagedFile>,
+        together: Option<&Party>,
         tries: &mut Tries,
     ) -> Outcome {
         self.catch_up().await;
@@ -173,7 +177,7 @@ impl CommitStage {
             // One of the writer's commit slots for the whole attempt (not its backoff).
             let slots = self.options.commit_slots.clone();
             let asked = Instant::now();
-            let _slot = slots.take().await;
+            let slot = slots.take().await;
             let waited = asked.elapsed();
             started += waited;
             // The attempt builds on the head the look published, even after a long wait:
@@ -238,11 +242,24 @@ impl CommitStage {
                 sequence_number: base.metadata.next_sequence_number(),
             });
             let t1 = Instant::now();
-            let answer = self
-                .catalog
-                .commit_on(base, prepared.requirements, prepared.updates)
-                .await
-                .and_then(|table| accepted(table, snapshot_id));
+            let (requirements, updates) = (prepared.requirements, prepared.updates);
+            let answer = match together {
+                // Waiting for the other tables' parts holds no slot: they may need one.
+                Some(party) => {
+                    drop(slot);
+                    // Waiting for the other tables spends none of the retry budget.
+                    let handed_in = Instant::now();
+                    let answer = party.commit(base, requirements, updates).await;
+                    started += handed_in.elapsed();
+                    answer
+                }
+                None => {
+                    let answer = self.catalog.commit_on(base, requirements, updates).await;
+                    drop(slot);
+                    answer
+                }
+            }
+            .and_then(|table| accepted(table, snapshot_id));
             match answer {
                 Ok(table) => {
                     crate::failpoint::hit(crate::failpoint::names::APPLIED);

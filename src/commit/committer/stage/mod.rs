@@ -30,6 +30,7 @@ use crate::commit::snapshot::{
     Attempt, Cached, ManifestListCache, Rebase, SnapshotChanges, find_commit, prepare_snapshot,
 };
 use crate::commit::staging::{StagedFile, Staging, upload};
+use crate::commit::together::Party;
 use crate::error::{Error, ErrorKind, Result};
 use crate::rowops::removal::RemoveKeys;
 use crate::stats::EventKind;
@@ -44,7 +45,9 @@ use attempts::*;
 /// starts a new one: its deletes must apply to the rows of the groups before it, and
 /// within one snapshot they would not (one sequence number); a copy-on-write group
 /// rewrites the files as the head has them, so the groups before it must be there. So
-/// does a group written for another schema (the table evolved between them).
+/// does a group written for another schema (the table evolved between them). A group
+/// committing together with other tables (`commit.atomic_tables`) is a run of its own:
+/// its snapshot is its transaction's part, which another call's would widen.
 pub(super) fn one_snapshot_each(groups: Vec<EncodedGroup>) -> Vec<Vec<EncodedGroup>> {
     let mut runs: Vec<Vec<EncodedGroup>> = Vec::new();
     for g in groups {
@@ -52,7 +55,9 @@ pub(super) fn one_snapshot_each(groups: Vec<EncodedGroup>) -> Vec<Vec<EncodedGro
             Some(run)
                 if g.delete_files.is_empty()
                     && g.touched.is_none()
-                    && run[0].schema_id == g.schema_id =>
+                    && run[0].schema_id == g.schema_id
+                    && !g.commits_together()
+                    && !run.iter().any(EncodedGroup::commits_together) =>
             {
                 run.push(g)
             }
@@ -297,6 +302,10 @@ impl CommitStage {
             }
             pendings.extend(g.pendings);
         }
+        // The call's transaction across tables, if these rows are part of one.
+        let mut together = pendings
+            .iter_mut()
+            .find_map(|p| p.submission.together.take());
         let changes = SnapshotChanges {
             commit_id: uuid::Uuid::new_v4(),
             table_uuid,
@@ -327,9 +336,14 @@ impl CommitStage {
                 None => SourceOffsets::default(),
             },
         };
-        let outcome = self.commit_with_retries(&changes, staged).await;
+        let outcome = self
+            .commit_with_retries(&changes, staged, together.as_ref())
+            .await;
         match outcome.result {
             Ok(snapshot_id) => {
+                if let Some(party) = &mut together {
+                    party.landed();
+                }
                 self.record_committed(&changes, &outcome.tries, started.elapsed());
                 if !offsets.is_empty() {
                     self.ledger.locked().committed.union_with(&offsets);
@@ -361,6 +375,14 @@ impl CommitStage {
                         .collect();
                     self.delete_files(&files, &outcome.written).await;
                 }
+                // Called off by another table of the call: these rows are not at fault,
+                // and the call retries them with the others.
+                let e = match e.kind() {
+                    ErrorKind::Cancelled if together.is_some() => {
+                        Error::new(ErrorKind::Unavailable, e.message().to_string())
+                    }
+                    _ => e,
+                };
                 fail_overtaking(&self.options, &ident, pendings, &e);
             }
         }
