@@ -269,6 +269,13 @@ uint64_t floe_writer_arrive(const struct floe_writer *writer);
 // `writer` must be NULL or a live writer.
 void floe_writer_depart(const struct floe_writer *writer, uint64_t call);
 
+// How many tables the writer holds open (each with its committer and caches), idle or
+// not; tables idle for `commit.table_idle_timeout` are closed. 0 for a NULL writer.
+//
+// # Safety
+// `writer` must be NULL or a live writer.
+uint64_t floe_writer_open_tables(const struct floe_writer *writer);
+
 // Closes and frees a writer. Data of calls that returned is already committed. NULL is
 // accepted.
 //

@@ -330,6 +330,17 @@ func (w *Writer) Arrive() uint64 {
 	return uint64(C.floe_writer_arrive(w.ptr))
 }
 
+// OpenTables is how many tables the writer holds open (each with its committer and
+// caches), idle or not; tables idle for commit.table_idle_timeout are closed.
+func (w *Writer) OpenTables() int {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.ptr == nil {
+		return 0
+	}
+	return int(C.floe_writer_open_tables(w.ptr))
+}
+
 // Depart gives back a ticket of Arrive.
 func (w *Writer) Depart(call uint64) {
 	w.mu.RLock()

@@ -436,3 +436,40 @@ func readRows(t *testing.T, dir, table string) []map[string]any {
 	}
 	return res.Rows
 }
+
+// OpenTables counts the tables a writer holds open, and falls as idle ones close.
+func TestOpenTablesCountsTablesUntilTheyIdleOut(t *testing.T) {
+	cfg, _ := json.Marshal(map[string]any{
+		"catalog":          map[string]any{"warehouse": t.TempDir()},
+		"namespace":        "binding",
+		"schema_evolution": map[string]any{"enabled": true},
+		"commit":           map[string]any{"table_idle_timeout": "200ms"},
+	})
+	w, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	if n := w.OpenTables(); n != 0 {
+		t.Fatalf("%d tables open before any write", n)
+	}
+	write := func(tables ...string) {
+		t.Helper()
+		b := Batch{Tables: tables}
+		for range tables {
+			b.Messages = append(b.Messages, []byte(`{"id": 1}`))
+		}
+		if _, err := w.Write(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a", "b", "c")
+	if n := w.OpenTables(); n != 3 {
+		t.Fatalf("%d tables open after writing three, want 3", n)
+	}
+	time.Sleep(1500 * time.Millisecond) // idle tables are looked for at most once a second
+	write("a")
+	if n := w.OpenTables(); n != 1 {
+		t.Fatalf("%d tables open after two idled out, want 1", n)
+	}
+}

@@ -51,6 +51,7 @@ type metrics struct {
 	uploadLatency  *service.MetricTimer   // {table}
 	writeLatency   *service.MetricTimer   // {outcome}
 	inFlightBytes  *service.MetricGauge   // message bytes of the calls past the byte gate
+	openTables     *service.MetricGauge   // tables libfloe holds open, each with its committer
 
 	mu     sync.Mutex
 	tables map[string]bool
@@ -79,6 +80,7 @@ func newMetrics(m *service.Metrics) *metrics {
 		uploadLatency:  m.NewTimer("iceberg_upload_latency_ns", "table"),
 		writeLatency:   m.NewTimer("iceberg_write_batch_latency_ns", "outcome"),
 		inFlightBytes:  m.NewGauge("iceberg_in_flight_bytes"),
+		openTables:     m.NewGauge("iceberg_open_tables"),
 		tables:         map[string]bool{},
 	}
 }
@@ -118,6 +120,7 @@ func (m *metrics) knownTable(name string) string {
 // for a table the config names, every per-table counter.
 func (m *metrics) zeroes(table string) {
 	m.inFlightBytes.Set(0)
+	m.openTables.Set(0)
 	for _, class := range failureClasses {
 		m.writeFailures.Incr(0, class)
 	}
@@ -147,6 +150,7 @@ func (m *metrics) takeEvents(w *floe.Writer) {
 	for _, e := range events {
 		m.event(e)
 	}
+	m.openTables.Set(int64(w.OpenTables()))
 }
 
 func (m *metrics) event(e floe.Event) {

@@ -204,6 +204,22 @@ pub unsafe extern "C" fn floe_writer_depart(writer: *const FloeWriter, call: u64
     }
 }
 
+/// How many tables the writer holds open (each with its committer and caches), idle or
+/// not; tables idle for `commit.table_idle_timeout` are closed. 0 for a NULL writer.
+///
+/// # Safety
+/// `writer` must be NULL or a live writer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn floe_writer_open_tables(writer: *const FloeWriter) -> u64 {
+    // SAFETY: NULL or a live writer by contract.
+    let writer = unsafe { borrow(writer) };
+    // No panic crosses the boundary.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        writer.map_or(0, |w| w.inner.open_tables() as u64)
+    }))
+    .unwrap_or(0)
+}
+
 /// Closes and frees a writer. Data of calls that returned is already committed. NULL is
 /// accepted.
 ///
