@@ -19,12 +19,20 @@ import (
 const (
 	fMaxInFlightBytes       = "max_in_flight_bytes"
 	defaultMaxInFlightBytes = 256 << 20
+	// fMaxProcessInFlightBytes bounds the calls of every iceberg output of the process
+	// together (processGate); 0, the default, leaves each output to its own limit.
+	fMaxProcessInFlightBytes = "max_process_in_flight_bytes"
 )
 
-type byteGate struct {
-	limit int64 // 0: no limit
+// processGate is shared by every iceberg output of the process: a pipeline with several
+// outputs (a switch, a broker) holds at most its limit in their calls together. A call
+// enters its output's gate first and this one second, so a call holding bytes here
+// never waits at its own output's gate again: the two gates cannot deadlock.
+var processGate = newByteGate(0)
 
+type byteGate struct {
 	mu      sync.Mutex
+	limit   int64 // 0: no limit
 	held    int64
 	waiting []*gateWaiter // in arrival order
 }
@@ -41,13 +49,14 @@ func newByteGate(limit int64) *byteGate {
 // enter waits until bytes fit under the limit (or ctx ends: the error is ctx's). The
 // caller must leave with the value enter returned once its call is answered.
 func (g *byteGate) enter(ctx context.Context, bytes int64) (int64, error) {
+	g.mu.Lock()
 	if g.limit <= 0 {
+		g.mu.Unlock()
 		return 0, nil
 	}
 	if bytes > g.limit {
 		bytes = g.limit
 	}
-	g.mu.Lock()
 	if len(g.waiting) == 0 && g.held+bytes <= g.limit {
 		g.held += bytes
 		g.mu.Unlock()
@@ -74,6 +83,18 @@ func (g *byteGate) enter(ctx context.Context, bytes int64) (int64, error) {
 		}
 		return 0, ctx.Err()
 	}
+}
+
+// lowerTo makes limit the gate's limit if it is positive and below the one in force
+// (or none is), and returns the limit in force: outputs that set the process-wide limit
+// differently get the smallest.
+func (g *byteGate) lowerTo(limit int64) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if limit > 0 && (g.limit <= 0 || limit < g.limit) {
+		g.limit = limit
+	}
+	return g.limit
 }
 
 // leave gives back what enter returned.

@@ -187,3 +187,87 @@ func TestWriteCallsStayUnderMaxInFlightBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestTheProcessLimitIsTheSmallestAnyOutputSet(t *testing.T) {
+	g := newByteGate(0)
+	if got := g.lowerTo(0); got != 0 {
+		t.Fatalf("0 set a limit: %d", got)
+	}
+	if got := g.lowerTo(500); got != 500 {
+		t.Fatalf("limit %d, want 500", got)
+	}
+	if got := g.lowerTo(800); got != 500 {
+		t.Fatalf("a larger limit raised it: %d", got)
+	}
+	if got := g.lowerTo(0); got != 500 {
+		t.Fatalf("an output without a limit lifted it: %d", got)
+	}
+	if got := g.lowerTo(200); got != 200 {
+		t.Fatalf("limit %d, want 200", got)
+	}
+}
+
+// Two outputs of one process (embedded catalogs), each without a limit of its own but
+// with max_process_in_flight_bytes: their calls together never hold more than it, none
+// deadlocks (keyed calls of one, plain calls of the other), and every row commits.
+func TestOutputsOfAProcessStayUnderTheProcessLimit(t *testing.T) {
+	saved := processGate
+	processGate = newByteGate(0)
+	t.Cleanup(func() { processGate = saved })
+	var outs []*output
+	var warehouses []string
+	for i, keyed := range []bool{false, true} {
+		wh := t.TempDir()
+		yaml := fmt.Sprintf("catalog: {warehouse: %q}\nnamespace: gotest\ntable: t%d\nschema_evolution: {enabled: true}\n"+
+			"max_in_flight_bytes: 0\nmax_process_in_flight_bytes: 300\n", wh, i)
+		if keyed {
+			yaml += "row_operation: upsert\nidentifier_fields: [id]\nmerge_strategy: copy-on-write\n"
+		}
+		outs = append(outs, newTestOutput(t, yaml))
+		warehouses = append(warehouses, wh)
+	}
+	var peak atomic.Int64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if n := processGate.inUse(); n > peak.Load() {
+				peak.Store(n)
+			}
+			select {
+			case <-stop:
+				return
+			default:
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	const calls, rows = 12, 4
+	for o, out := range outs {
+		for c := range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var msgs []string
+				for r := range rows {
+					msgs = append(msgs, fmt.Sprintf(`{"id": %d, "note": "padding-padding"}`, c*rows+r))
+				}
+				if err := out.WriteBatch(context.Background(), batchOf(msgs...)); err != nil {
+					t.Errorf("output %d call %d: %v", o, c, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	if peak.Load() > 300 || peak.Load() == 0 {
+		t.Fatalf("the outputs' calls held at most %d bytes together, limit 300", peak.Load())
+	}
+	for i, wh := range warehouses {
+		if got := readCount(t, wh, fmt.Sprintf("gotest.t%d", i)); got != calls*rows {
+			t.Fatalf("output %d: %d rows committed, want %d", i, got, calls*rows)
+		}
+	}
+}

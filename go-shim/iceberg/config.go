@@ -26,6 +26,7 @@ var hostOnly = [][]string{
 	{fBatching},
 	{"max_in_flight"},
 	{fMaxInFlightBytes},
+	{fMaxProcessInFlightBytes},
 	{fRowOperation},
 	{fCommit, "exactly_once", "source"},
 	{fCommit, "exactly_once", "offset"},
@@ -180,18 +181,19 @@ func namingProblems(section map[string]any) []specProblem {
 	return problems
 }
 
-// inFlightBytesProblems: max_in_flight_bytes is a byte count, 0 for no limit. (A value
-// of the wrong type is already among refused.)
+// inFlightBytesProblems: max_in_flight_bytes and max_process_in_flight_bytes are byte
+// counts, 0 for no limit. (A value of the wrong type is already among refused.)
 func inFlightBytesProblems(section map[string]any, refused []specProblem) []specProblem {
-	for _, p := range refused {
-		if len(p.path) == 1 && p.path[0] == fMaxInFlightBytes {
-			return nil
+	var problems []specProblem
+	for _, field := range []string{fMaxInFlightBytes, fMaxProcessInFlightBytes} {
+		if slices.ContainsFunc(refused, func(p specProblem) bool { return len(p.path) == 1 && p.path[0] == field }) {
+			continue
+		}
+		if n, ok := section[field].(int); ok && n < 0 {
+			problems = append(problems, specProblem{path: []string{field}, text: fmt.Sprintf("%s is %d: give a number of bytes, or 0 for no limit", field, n)})
 		}
 	}
-	if n, ok := section[fMaxInFlightBytes].(int); ok && n < 0 {
-		return []specProblem{{path: []string{fMaxInFlightBytes}, text: fmt.Sprintf("%s is %d: give a number of bytes, or 0 for no limit", fMaxInFlightBytes, n)}}
-	}
-	return nil
+	return problems
 }
 
 // configProblems is every problem with a section (checkSection), [] when none.

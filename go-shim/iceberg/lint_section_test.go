@@ -46,6 +46,9 @@ func TestSectionProblemsNameTheirFields(t *testing.T) {
 	if p := SectionProblems(yamlNode(t, "namespace: a\ntable: t\nmax_in_flight_bytes: lots\n")); len(p) != 1 || !strings.HasPrefix(p[0].Text, "max_in_flight_bytes") {
 		t.Errorf("a max_in_flight_bytes that is not a number: %+v", p)
 	}
+	if p := SectionProblems(yamlNode(t, "namespace: a\ntable: t\nmax_process_in_flight_bytes: -5\n")); len(p) != 1 || p[0].Text != "max_process_in_flight_bytes is -5: give a number of bytes, or 0 for no limit" {
+		t.Errorf("a negative max_process_in_flight_bytes: %+v", p)
+	}
 	if p := SectionProblems(yamlNode(t, "x")); len(p) != 1 || p[0].Path != nil {
 		t.Errorf("a section that is not an object is the section's problem: %+v", p)
 	}

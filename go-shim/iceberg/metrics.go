@@ -52,6 +52,8 @@ type metrics struct {
 	writeLatency   *service.MetricTimer   // {outcome}
 	inFlightBytes  *service.MetricGauge   // message bytes of the calls past the byte gate
 	openTables     *service.MetricGauge   // tables libfloe holds open, each with its committer
+	// message bytes of the calls of every output of the process past processGate
+	processInFlightBytes *service.MetricGauge
 
 	mu     sync.Mutex
 	tables map[string]bool
@@ -65,23 +67,24 @@ type metrics struct {
 
 func newMetrics(m *service.Metrics) *metrics {
 	return &metrics{
-		rowOps:         m.NewCounter("iceberg_row_operations_total", "table", "operation"),
-		rowsFailed:     m.NewCounter("iceberg_rows_failed_total", "table", "class"),
-		writeFailures:  m.NewCounter("iceberg_write_failures_total", "class"),
-		commitFailures: m.NewCounter("iceberg_commit_failures_total", "table", "class"),
-		snapshots:      m.NewCounter("iceberg_snapshots_total", "table"),
-		dataFiles:      m.NewCounter("iceberg_data_files_total", "table"),
-		dataBytes:      m.NewCounter("iceberg_data_bytes_total", "table"),
-		deleteFiles:    m.NewCounter("iceberg_delete_files_total", "table"),
-		conflicts:      m.NewCounter("iceberg_commit_conflicts_total", "table"),
-		retries:        m.NewCounter("iceberg_commit_retries_total", "table"),
-		commitLatency:  m.NewTimer("iceberg_commit_latency_ns", "table"),
-		catalogLatency: m.NewTimer("iceberg_catalog_commit_latency_ns", "table"),
-		uploadLatency:  m.NewTimer("iceberg_upload_latency_ns", "table"),
-		writeLatency:   m.NewTimer("iceberg_write_batch_latency_ns", "outcome"),
-		inFlightBytes:  m.NewGauge("iceberg_in_flight_bytes"),
-		openTables:     m.NewGauge("iceberg_open_tables"),
-		tables:         map[string]bool{},
+		rowOps:               m.NewCounter("iceberg_row_operations_total", "table", "operation"),
+		rowsFailed:           m.NewCounter("iceberg_rows_failed_total", "table", "class"),
+		writeFailures:        m.NewCounter("iceberg_write_failures_total", "class"),
+		commitFailures:       m.NewCounter("iceberg_commit_failures_total", "table", "class"),
+		snapshots:            m.NewCounter("iceberg_snapshots_total", "table"),
+		dataFiles:            m.NewCounter("iceberg_data_files_total", "table"),
+		dataBytes:            m.NewCounter("iceberg_data_bytes_total", "table"),
+		deleteFiles:          m.NewCounter("iceberg_delete_files_total", "table"),
+		conflicts:            m.NewCounter("iceberg_commit_conflicts_total", "table"),
+		retries:              m.NewCounter("iceberg_commit_retries_total", "table"),
+		commitLatency:        m.NewTimer("iceberg_commit_latency_ns", "table"),
+		catalogLatency:       m.NewTimer("iceberg_catalog_commit_latency_ns", "table"),
+		uploadLatency:        m.NewTimer("iceberg_upload_latency_ns", "table"),
+		writeLatency:         m.NewTimer("iceberg_write_batch_latency_ns", "outcome"),
+		inFlightBytes:        m.NewGauge("iceberg_in_flight_bytes"),
+		openTables:           m.NewGauge("iceberg_open_tables"),
+		processInFlightBytes: m.NewGauge("iceberg_process_in_flight_bytes"),
+		tables:               map[string]bool{},
 	}
 }
 
@@ -121,6 +124,7 @@ func (m *metrics) knownTable(name string) string {
 func (m *metrics) zeroes(table string) {
 	m.inFlightBytes.Set(0)
 	m.openTables.Set(0)
+	m.processInFlightBytes.Set(processGate.inUse())
 	for _, class := range failureClasses {
 		m.writeFailures.Incr(0, class)
 	}

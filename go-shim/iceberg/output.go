@@ -144,6 +144,7 @@ func ConfigSpec() *service.ConfigSpec {
 			service.NewDurationField(fProgress).Default("1m").Advanced().Description("How often a progress line is logged at info level: rows committed and their rate, snapshots, failed messages and messages waiting to be retried (nothing while idle). `0s`: never."),
 			service.NewIntField(fRuntime).Optional().Advanced().Description("Worker threads of floe's runtime, one per process: the first writer opened sets it (unset or 0: one per core)."),
 			service.NewOutputMaxInFlightField(),
+			service.NewIntField(fMaxProcessInFlightBytes).Default(0).Advanced().Description("Most message bytes of the write calls in flight together across every `iceberg` output of the process (a `switch` or `broker` with several): a call waits, in arrival order, after its own output's `max_in_flight_bytes`, until its bytes fit under this too. Outputs that set it differently share the smallest. `0` (the default): each output is bounded by its own limit only."),
 			service.NewIntField(fMaxInFlightBytes).Default(defaultMaxInFlightBytes).Advanced().Description("Most message bytes (the JSON handed to the output) of the write calls in flight together. A call waits until its bytes fit, in arrival order, so once `max_in_flight` calls wait the input stops reading: memory stays bounded when batches are large or `max_in_flight` is high (e.g. routing to many tables), rather than growing until the process is killed. A call larger than the limit is written alone. Encoding takes about as much again per call. `0`: no limit beyond `max_in_flight`."),
 			service.NewBatchPolicyField(fBatching),
 		).
@@ -400,6 +401,13 @@ func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, err
 	if err != nil {
 		return nil, err
 	}
+	processBytes, err := conf.FieldInt(fMaxProcessInFlightBytes)
+	if err != nil {
+		return nil, err
+	}
+	if inForce := processGate.lowerTo(int64(processBytes)); processBytes > 0 && inForce != int64(processBytes) {
+		mgr.Logger().Infof("iceberg output: %s is %d, but another output of the process set %d: the smallest holds for all", fMaxProcessInFlightBytes, processBytes, inForce)
+	}
 	atomicTables := false
 	if conf.Contains(fCommit, "atomic_tables") {
 		atomicTables, _ = conf.FieldBool(fCommit, "atomic_tables")
@@ -599,6 +607,16 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) err
 	defer func() {
 		o.gate.leave(held)
 		o.metrics.inFlightBytes.Set(o.gate.inUse())
+	}()
+	// After the output's own gate (see processGate).
+	heldInProcess, err := processGate.enter(ctx, payloadBytes(payloads))
+	if err != nil {
+		return err
+	}
+	o.metrics.processInFlightBytes.Set(processGate.inUse())
+	defer func() {
+		processGate.leave(heldInProcess)
+		o.metrics.processInFlightBytes.Set(processGate.inUse())
 	}()
 	ns, tbl := o.tableNames(batch, failures)
 	sources, offsets := o.positions(batch, failures)
