@@ -116,6 +116,7 @@ fn a_batch_commits_all_its_tables_or_none() {
         "a committed without c"
     );
     assert_eq!(rt.block_on(rows_and_snapshots(&catalog, "b")), (3, 2));
+    assert_eq!(rt.block_on(rows_and_snapshots(&catalog, "c")), (2, 1));
 }
 
 /// The offsets `writer_id`'s exactly-once record in `table` says are committed.

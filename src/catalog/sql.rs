@@ -494,6 +494,60 @@ pub const PREVIOUS_VERSIONS_MAX: &str = "write.metadata.previous-versions-max";
 mod tests {
     use super::*;
 
+    /// A multi-table swap whose second table moved since its change was prepared rolls
+    /// back the first table's swap: neither points at its new metadata.
+    #[tokio::test]
+    async fn a_stale_table_rolls_the_whole_swap_back() {
+        use iceberg::spec::{FormatVersion, NestedField, PrimitiveType, Schema, Type};
+        let dir = tempfile::tempdir().unwrap();
+        let warehouse = format!("file://{}", dir.path().join("wh").display());
+        let io = crate::storage::build_file_io(HashMap::new());
+        let cat = SqlCatalog::open(&dir.path().join("c.db"), "floe", &warehouse, io).unwrap();
+        let ns = NamespaceIdent::new("ns".into());
+        cat.ensure_namespace(&ns).await.unwrap();
+        let schema = Schema::builder()
+            .with_fields([
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            ])
+            .build()
+            .unwrap();
+        let (a, b) = (
+            TableIdent::new(ns.clone(), "a".into()),
+            TableIdent::new(ns.clone(), "b".into()),
+        );
+        for ident in [&a, &b] {
+            let new = NewTable {
+                schema: schema.clone(),
+                partition_spec: None,
+                location: None,
+                properties: HashMap::new(),
+                format_version: FormatVersion::V2,
+            };
+            cat.create_table(ident, new).await.unwrap();
+        }
+        let mark = |v: &str| {
+            vec![TableUpdate::SetProperties {
+                updates: HashMap::from([("mark".to_string(), v.to_string())]),
+            }]
+        };
+        let pa = cat.prepare(&a, vec![], mark("1")).await.unwrap();
+        let pb = cat.prepare(&b, vec![], mark("1")).await.unwrap();
+        cat.commit(&b, vec![], mark("other")).await.unwrap(); // another writer moves b
+        let before_a = cat.current_location(&a).unwrap();
+        let swapped = cat.with_conn(|c| Ok(swap_all(c, &cat.name, &[pa, pb])));
+        match swapped {
+            Ok(Ok(Some(stale))) => assert_eq!(stale, b),
+            _ => panic!("the swap did not report b stale"),
+        }
+        assert_eq!(
+            cat.current_location(&a).unwrap(),
+            before_a,
+            "a was swapped alone"
+        );
+        let b_now = cat.load_table(&b).await.unwrap().unwrap();
+        assert_eq!(b_now.metadata.properties()["mark"], "other");
+    }
+
     #[test]
     fn metadata_versions_increase() {
         let first = next_metadata_location("file:///w/t", None);

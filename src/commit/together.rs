@@ -22,6 +22,7 @@
 //! commit slots, which the parts still to come need.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use iceberg::{TableIdent, TableRequirement, TableUpdate};
 use tokio::sync::oneshot;
@@ -80,7 +81,19 @@ struct Part {
     base: LoadedTable,
     requirements: Vec<TableRequirement>,
     updates: Vec<TableUpdate>,
-    reply: oneshot::Sender<Result<Option<LoadedTable>>>,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// What a part is told: when its round went to the catalog (`None`: it never did) and
+/// the answer for the whole.
+type Answer = (Option<Instant>, Result<Option<LoadedTable>>);
+
+/// A part's outcome (see [`Party::commit`]).
+pub struct Outcome {
+    /// This table as it now is, or why not.
+    pub result: Result<LoadedTable>,
+    /// How long the part waited for the other tables' parts before its round was sent.
+    pub waited: Duration,
 }
 
 impl Party {
@@ -96,15 +109,37 @@ impl Party {
         base: LoadedTable,
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
-    ) -> Result<LoadedTable> {
+    ) -> Outcome {
+        let handed_in = Instant::now();
+        let (sent, answer) = self.round(base, requirements, updates).await;
+        let waited = sent.map_or_else(|| handed_in.elapsed(), |at| at - handed_in);
+        let result = match answer {
+            Ok(Some(table)) => Ok(table),
+            Ok(None) => self.load_landed().await,
+            Err(e) => Err(e),
+        };
+        Outcome { result, waited }
+    }
+
+    /// Why a part handed in now could not commit, when that is already known: the
+    /// transaction was called off, or another table found it landed. An attempt asks
+    /// before it builds and uploads a part that would only be refused.
+    pub fn over(&self) -> Option<Error> {
+        self.over_locked(&self.shared.state.locked())
+    }
+
+    /// Hands the part in and waits for its round's answer.
+    async fn round(
+        &self,
+        base: LoadedTable,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Answer {
         let (reply, answer) = oneshot::channel();
         let round = {
             let mut state = self.shared.state.locked();
-            if let Some(e) = &state.called_off {
-                return Err(e.clone());
-            }
-            if state.landed {
-                return Err(found_landed_elsewhere());
+            if let Some(e) = self.over_locked(&state) {
+                return (None, Err(e));
             }
             state.parts.push(Part {
                 base,
@@ -119,15 +154,19 @@ impl Party {
             let shared = self.shared.clone();
             tokio::spawn(async move { shared.send(parts).await });
         }
-        let answer = answer.await.unwrap_or_else(|_| {
-            Err(Error::new(
+        answer.await.unwrap_or_else(|_| {
+            let lost = Error::new(
                 ErrorKind::CommitStateUnknown,
                 "the answer to the transaction across tables was lost",
-            ))
-        });
-        match answer? {
-            Some(table) => Ok(table),
-            None => self.load_landed().await,
+            );
+            (None, Err(lost))
+        })
+    }
+
+    fn over_locked(&self, state: &State) -> Option<Error> {
+        match &state.called_off {
+            Some(e) => Some(e.clone()),
+            None => state.landed.then(found_landed_elsewhere),
         }
     }
 
@@ -144,7 +183,7 @@ impl Party {
             std::mem::take(&mut state.parts)
         };
         for part in waiting {
-            let _ = part.reply.send(Err(found_landed_elsewhere()));
+            let _ = part.reply.send((None, Err(found_landed_elsewhere())));
         }
     }
 
@@ -204,7 +243,7 @@ impl Drop for Party {
             std::mem::take(&mut state.parts)
         };
         for part in waiting {
-            let _ = part.reply.send(Err(e.clone()));
+            let _ = part.reply.send((None, Err(e.clone())));
         }
     }
 }
@@ -230,6 +269,7 @@ impl Shared {
     /// Sends one round and answers each part. A round of one table is an ordinary
     /// commit (which answers with the table).
     async fn send(&self, mut parts: Vec<Part>) {
+        let sent = Some(Instant::now());
         if parts.len() == 1 {
             let part = parts.pop().expect("one part");
             let answer = self
@@ -237,7 +277,7 @@ impl Shared {
                 .commit_on(part.base, part.requirements, part.updates)
                 .await
                 .map(Some);
-            let _ = part.reply.send(answer);
+            let _ = part.reply.send((sent, answer));
             return;
         }
         let (changes, replies): (Vec<TableChanges>, Vec<_>) = parts
@@ -253,7 +293,7 @@ impl Shared {
             .unzip();
         let answer = self.catalog.commit_tables(changes).await.map(|()| None);
         for reply in replies {
-            let _ = reply.send(answer.clone());
+            let _ = reply.send((sent, answer.clone()));
         }
     }
 }

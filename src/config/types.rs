@@ -247,7 +247,9 @@ pub struct CommitConfig {
     pub table_idle_timeout: std::time::Duration,
     /// The tables one call writes commit in one catalog transaction: readers see all of
     /// them change or none (REST `transactions/commit`; one SQLite transaction for the
-    /// embedded catalog). A catalog that does not offer it is a config error.
+    /// embedded catalog). A REST catalog whose `/v1/config` lists its endpoints without
+    /// it is a config error (one that lists none offers the spec's defaults, which
+    /// include it).
     #[serde(default)]
     pub atomic_tables: bool,
     /// Exactly-once across restarts: committed offsets per source are recorded in each

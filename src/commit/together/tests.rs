@@ -74,7 +74,7 @@ impl Tables {
         let updates = vec![TableUpdate::SetProperties {
             updates: HashMap::from([("mark".to_string(), value.to_string())]),
         }];
-        party.commit(base, requirements, updates).await
+        party.commit(base, requirements, updates).await.result
     }
 }
 

@@ -184,6 +184,19 @@ impl CommitStage {
             // an earlier attempt that lands late then makes this one conflict, and the
             // next look finds it. (Loading a newer head here would build on the landed
             // attempt and commit its rows twice.)
+            // A transaction across tables already called off, or found landed by another
+            // table, is not worth building a part for (see `commit::together`).
+            if let Some(e) = together.and_then(Party::over) {
+                match e.kind() {
+                    ErrorKind::Cancelled => return done(Err(e), maybe_committed, written),
+                    _ => {
+                        maybe_committed = true;
+                        tries.retries += 1;
+                        last_error = Some(e);
+                        continue;
+                    }
+                }
+            }
             let view = self.current();
             let t0 = Instant::now();
             // Per attempt, so nothing of a failed attempt stays in memory.
@@ -247,11 +260,10 @@ impl CommitStage {
                 // Waiting for the other tables' parts holds no slot: they may need one.
                 Some(party) => {
                     drop(slot);
+                    let outcome = party.commit(base, requirements, updates).await;
                     // Waiting for the other tables spends none of the retry budget.
-                    let handed_in = Instant::now();
-                    let answer = party.commit(base, requirements, updates).await;
-                    started += handed_in.elapsed();
-                    answer
+                    started += outcome.waited;
+                    outcome.result
                 }
                 None => {
                     let answer = self.catalog.commit_on(base, requirements, updates).await;
