@@ -490,6 +490,39 @@ pub const DELETE_AFTER_COMMIT: &str = "write.metadata.delete-after-commit.enable
 /// Table property: how many previous metadata files the log keeps.
 pub const PREVIOUS_VERSIONS_MAX: &str = "write.metadata.previous-versions-max";
 
+/// Test support: an embedded catalog in `dir` holding namespace `ns` with one
+/// `(id long)` table per name, for the unit tests of the layers above.
+#[cfg(test)]
+pub(crate) async fn catalog_with_tables(
+    dir: &Path,
+    names: &[&str],
+) -> (SqlCatalog, Vec<TableIdent>) {
+    use iceberg::spec::{FormatVersion, NestedField, PrimitiveType, Schema, Type};
+    let warehouse = format!("file://{}", dir.join("wh").display());
+    let io = crate::storage::build_file_io(HashMap::new());
+    let catalog = SqlCatalog::open(&dir.join("catalog.db"), "floe", &warehouse, io).unwrap();
+    let schema = Schema::builder()
+        .with_fields([NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into()])
+        .build()
+        .unwrap();
+    let ns = NamespaceIdent::new("ns".into());
+    catalog.ensure_namespace(&ns).await.unwrap();
+    let mut idents = Vec::new();
+    for name in names {
+        let ident = TableIdent::new(ns.clone(), name.to_string());
+        let new = NewTable {
+            schema: schema.clone(),
+            partition_spec: None,
+            location: None,
+            properties: HashMap::new(),
+            format_version: FormatVersion::V2,
+        };
+        catalog.create_table(&ident, new).await.unwrap();
+        idents.push(ident);
+    }
+    (catalog, idents)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,33 +531,9 @@ mod tests {
     /// back the first table's swap: neither points at its new metadata.
     #[tokio::test]
     async fn a_stale_table_rolls_the_whole_swap_back() {
-        use iceberg::spec::{FormatVersion, NestedField, PrimitiveType, Schema, Type};
         let dir = tempfile::tempdir().unwrap();
-        let warehouse = format!("file://{}", dir.path().join("wh").display());
-        let io = crate::storage::build_file_io(HashMap::new());
-        let cat = SqlCatalog::open(&dir.path().join("c.db"), "floe", &warehouse, io).unwrap();
-        let ns = NamespaceIdent::new("ns".into());
-        cat.ensure_namespace(&ns).await.unwrap();
-        let schema = Schema::builder()
-            .with_fields([
-                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
-            ])
-            .build()
-            .unwrap();
-        let (a, b) = (
-            TableIdent::new(ns.clone(), "a".into()),
-            TableIdent::new(ns.clone(), "b".into()),
-        );
-        for ident in [&a, &b] {
-            let new = NewTable {
-                schema: schema.clone(),
-                partition_spec: None,
-                location: None,
-                properties: HashMap::new(),
-                format_version: FormatVersion::V2,
-            };
-            cat.create_table(ident, new).await.unwrap();
-        }
+        let (cat, idents) = catalog_with_tables(dir.path(), &["a", "b"]).await;
+        let (a, b) = (idents[0].clone(), idents[1].clone());
         let mark = |v: &str| {
             vec![TableUpdate::SetProperties {
                 updates: HashMap::from([("mark".to_string(), v.to_string())]),

@@ -2,9 +2,7 @@
 //! in a temporary folder).
 
 use super::*;
-use crate::catalog::NewTable;
-use crate::catalog::sql::SqlCatalog;
-use iceberg::spec::{FormatVersion, NestedField, PrimitiveType, Schema, Type};
+use crate::catalog::sql::catalog_with_tables;
 use std::collections::HashMap;
 
 struct Tables {
@@ -14,30 +12,11 @@ struct Tables {
 
 async fn tables(names: &[&str]) -> (Tables, Vec<TableIdent>) {
     let dir = tempfile::tempdir().unwrap();
-    let warehouse = format!("file://{}", dir.path().join("wh").display());
-    let io = crate::storage::build_file_io(HashMap::new());
-    let catalog: Arc<dyn Catalog> =
-        Arc::new(SqlCatalog::open(&dir.path().join("catalog.db"), "floe", &warehouse, io).unwrap());
-    let schema = Schema::builder()
-        .with_fields([NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into()])
-        .build()
-        .unwrap();
-    let ns = iceberg::NamespaceIdent::new("ns".into());
-    catalog.ensure_namespace(&ns).await.unwrap();
-    let mut idents = Vec::new();
-    for name in names {
-        let ident = TableIdent::new(ns.clone(), name.to_string());
-        let new = NewTable {
-            schema: schema.clone(),
-            partition_spec: None,
-            location: None,
-            properties: HashMap::new(),
-            format_version: FormatVersion::V2,
-        };
-        catalog.create_table(&ident, new).await.unwrap();
-        idents.push(ident);
-    }
-    let t = Tables { catalog, _dir: dir };
+    let (catalog, idents) = catalog_with_tables(dir.path(), names).await;
+    let t = Tables {
+        catalog: Arc::new(catalog),
+        _dir: dir,
+    };
     (t, idents)
 }
 
