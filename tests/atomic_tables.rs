@@ -394,3 +394,59 @@ fn a_catalog_without_multi_table_commits_is_a_config_error() {
     );
     rt.block_on(Writer::open(config(false))).unwrap();
 }
+
+/// A table whose messages of a batch all fail not at their fault (an upsert on a table
+/// whose write modes differ, retried until another tool fixes them) does not withdraw:
+/// the batch's other tables do not commit without it.
+#[test]
+fn a_table_with_only_retried_messages_holds_the_other_tables_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let keyed = json!({"identifier_fields": ["id"]});
+    let writer = rt
+        .block_on(Writer::open(config(dir.path(), keyed.clone())))
+        .unwrap();
+    let payloads: Vec<String> = (0..2).map(|i| format!(r#"{{"id": {i}}}"#)).collect();
+    let first = rt
+        .block_on(writer.write_batch(&routed(&payloads, &["a", "b"])))
+        .unwrap();
+    assert!(first.failures.iter().all(Option::is_none), "{first:?}");
+    let a = table_ident("cdc", "a").unwrap();
+    let modes = HashMap::from([
+        ("write.update.mode".to_string(), "copy-on-write".to_string()),
+        ("write.delete.mode".to_string(), "merge-on-read".to_string()),
+    ]);
+    let set = iceberg::TableUpdate::SetProperties { updates: modes };
+    rt.block_on(writer.catalog().commit(&a, vec![], vec![set]))
+        .unwrap();
+    drop(writer);
+    let writer = rt
+        .block_on(Writer::open(config(dir.path(), keyed)))
+        .unwrap();
+    let (upsert, insert) = (r#"{"id": 0}"#, r#"{"id": 7}"#);
+    let messages = [
+        Message {
+            table: Some("a"),
+            operation: Some("upsert"),
+            ..Message::insert(upsert.as_bytes())
+        },
+        Message {
+            table: Some("b"),
+            ..Message::insert(insert.as_bytes())
+        },
+    ];
+    let out = rt.block_on(writer.write_batch(&messages));
+    let failures = match &out {
+        Ok(out) => out.failures.clone(),
+        Err(e) => vec![Some(e.clone()); 2],
+    };
+    for f in &failures {
+        let e = f.as_ref().expect("both messages wait for the table's fix");
+        assert_ne!(e.kind(), floe::ErrorKind::Data, "{e}");
+    }
+    assert_eq!(
+        rt.block_on(rows_and_snapshots(writer.catalog(), "b")),
+        (1, 1),
+        "b committed without a"
+    );
+}
