@@ -141,23 +141,7 @@ func TestWriteCallsStayUnderMaxInFlightBytes(t *testing.T) {
 			yaml += "row_operation: upsert\nidentifier_fields: [id]\nmerge_strategy: copy-on-write\n"
 		}
 		out := newTestOutput(t, yaml)
-		var peak atomic.Int64
-		stop := make(chan struct{})
-		sampled := make(chan struct{})
-		go func() {
-			defer close(sampled)
-			for {
-				if n := out.gate.inUse(); n > peak.Load() {
-					peak.Store(n)
-				}
-				select {
-				case <-stop:
-					return
-				default:
-					time.Sleep(50 * time.Microsecond)
-				}
-			}
-		}()
+		peak := samplePeak(out.gate)
 		var wg sync.WaitGroup
 		const calls, rows = 16, 4
 		for c := 0; c < calls; c++ {
@@ -174,12 +158,11 @@ func TestWriteCallsStayUnderMaxInFlightBytes(t *testing.T) {
 			}(c)
 		}
 		wg.Wait()
-		close(stop)
-		<-sampled
-		if peak.Load() > 300 {
-			t.Fatalf("keyed %v: calls past the gate held %d bytes, limit 300", keyed, peak.Load())
+		most := peak()
+		if most > 300 {
+			t.Fatalf("keyed %v: calls past the gate held %d bytes, limit 300", keyed, most)
 		}
-		if peak.Load() == 0 {
+		if most == 0 {
 			t.Fatalf("keyed %v: no call was seen past the gate", keyed)
 		}
 		if got := readCount(t, wh, "gotest.t"); got != calls*rows {
@@ -226,22 +209,7 @@ func TestOutputsOfAProcessStayUnderTheProcessLimit(t *testing.T) {
 		outs = append(outs, newTestOutput(t, yaml))
 		warehouses = append(warehouses, wh)
 	}
-	var peak atomic.Int64
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			if n := processGate.inUse(); n > peak.Load() {
-				peak.Store(n)
-			}
-			select {
-			case <-stop:
-				return
-			default:
-				time.Sleep(50 * time.Microsecond)
-			}
-		}
-	}()
+	peak := samplePeak(processGate)
 	var wg sync.WaitGroup
 	const calls, rows = 12, 4
 	for o, out := range outs {
@@ -260,14 +228,38 @@ func TestOutputsOfAProcessStayUnderTheProcessLimit(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	close(stop)
-	<-sampled
-	if peak.Load() > 300 || peak.Load() == 0 {
-		t.Fatalf("the outputs' calls held at most %d bytes together, limit 300", peak.Load())
+	if most := peak(); most > 300 || most == 0 {
+		t.Fatalf("the outputs' calls held at most %d bytes together, limit 300", most)
 	}
 	for i, wh := range warehouses {
 		if got := readCount(t, wh, fmt.Sprintf("gotest.t%d", i)); got != calls*rows {
 			t.Fatalf("output %d: %d rows committed, want %d", i, got, calls*rows)
 		}
+	}
+}
+
+// samplePeak watches the bytes held past g every 50 µs until the returned function is
+// called, which stops it and says the most seen.
+func samplePeak(g *byteGate) func() int64 {
+	var peak atomic.Int64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if n := g.inUse(); n > peak.Load() {
+				peak.Store(n)
+			}
+			select {
+			case <-stop:
+				return
+			default:
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+	}()
+	return func() int64 {
+		close(stop)
+		<-sampled
+		return peak.Load()
 	}
 }

@@ -125,7 +125,7 @@ impl Party {
     /// transaction was called off, or another table found it landed. An attempt asks
     /// before it builds and uploads a part that would only be refused.
     pub fn over(&self) -> Option<Error> {
-        self.over_locked(&self.shared.state.locked())
+        self.shared.state.locked().over()
     }
 
     /// Hands the part in and waits for its round's answer.
@@ -138,7 +138,7 @@ impl Party {
         let (reply, answer) = oneshot::channel();
         let round = {
             let mut state = self.shared.state.locked();
-            if let Some(e) = self.over_locked(&state) {
+            if let Some(e) = state.over() {
                 return (None, Err(e));
             }
             state.parts.push(Part {
@@ -163,13 +163,6 @@ impl Party {
         })
     }
 
-    fn over_locked(&self, state: &State) -> Option<Error> {
-        match &state.called_off {
-            Some(e) => Some(e.clone()),
-            None => state.landed.then(found_landed_elsewhere),
-        }
-    }
-
     /// This table's part landed (here, or found landed by a look after an unknown
     /// outcome): dropping the party calls nothing off. A part another table hands in
     /// now (its look, after the same unknown outcome, came before the transaction
@@ -177,14 +170,7 @@ impl Party {
     /// instead that the outcome is unknown, and looks again.
     pub fn landed(&mut self) {
         self.settled = true;
-        let waiting = {
-            let mut state = self.shared.state.locked();
-            state.landed = true;
-            std::mem::take(&mut state.parts)
-        };
-        for part in waiting {
-            let _ = part.reply.send((None, Err(found_landed_elsewhere())));
-        }
+        self.shared.end(|state| state.landed = true);
     }
 
     /// This table has nothing to commit: the others commit without it.
@@ -193,10 +179,7 @@ impl Party {
         let round = {
             let mut state = self.shared.state.locked();
             state.expected -= 1;
-            match state.parts.is_empty() {
-                true => None,
-                false => state.full_round(),
-            }
+            state.full_round()
         };
         if let Some(parts) = round {
             let shared = self.shared.clone();
@@ -237,14 +220,9 @@ impl Drop for Party {
                 self.ident
             ),
         );
-        let waiting = {
-            let mut state = self.shared.state.locked();
-            state.called_off.get_or_insert(e.clone());
-            std::mem::take(&mut state.parts)
-        };
-        for part in waiting {
-            let _ = part.reply.send((None, Err(e.clone())));
-        }
+        self.shared.end(|state| {
+            state.called_off.get_or_insert(e);
+        });
     }
 }
 
@@ -258,6 +236,14 @@ fn found_landed_elsewhere() -> Error {
 }
 
 impl State {
+    /// Why no part can commit any more, once that is known.
+    fn over(&self) -> Option<Error> {
+        match &self.called_off {
+            Some(e) => Some(e.clone()),
+            None => self.landed.then(found_landed_elsewhere),
+        }
+    }
+
     /// The round's parts once every expected part is in.
     fn full_round(&mut self) -> Option<Vec<Part>> {
         (self.expected > 0 && self.parts.len() >= self.expected)
@@ -266,6 +252,20 @@ impl State {
 }
 
 impl Shared {
+    /// Settles the transaction (`how`: called off, or landed) and answers the parts
+    /// waiting for a round that will not come with why.
+    fn end(&self, how: impl FnOnce(&mut State)) {
+        let (waiting, why) = {
+            let mut state = self.state.locked();
+            how(&mut state);
+            (std::mem::take(&mut state.parts), state.over())
+        };
+        let why = why.expect("an ended transaction says why");
+        for part in waiting {
+            let _ = part.reply.send((None, Err(why.clone())));
+        }
+    }
+
     /// Sends one round and answers each part. A round of one table is an ordinary
     /// commit (which answers with the table).
     async fn send(&self, mut parts: Vec<Part>) {

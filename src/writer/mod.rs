@@ -363,20 +363,17 @@ impl Writer {
             ticket: self.arrive(),
         });
         let ticket = own_ticket.as_ref().map_or(ticket, |own| own.ticket);
-        let mut parties = match together {
+        let mut parties: HashMap<TableIdent, Party> = match together {
             true => {
                 let tables: Vec<TableIdent> = groups.keys().cloned().collect();
                 let parties = crate::commit::together::parties(self.catalog.clone(), &tables);
-                tables
-                    .into_iter()
-                    .zip(parties.into_iter().map(Some))
-                    .collect()
+                tables.into_iter().zip(parties).collect()
             }
             false => HashMap::new(),
         };
         self.options.order.attempt(ticket, groups.keys());
         let results = futures::future::join_all(groups.into_iter().map(|(ident, idx)| {
-            let party = parties.remove(&ident).flatten();
+            let party = parties.remove(&ident);
             async move {
                 let result = self
                     .write_group(ticket, &ident, messages, &idx, party)

@@ -20,6 +20,11 @@ async fn tables(names: &[&str]) -> (Tables, Vec<TableIdent>) {
     (t, idents)
 }
 
+/// The parties, one per table, by name.
+fn each<const N: usize>(parties: Vec<Party>) -> [Party; N] {
+    parties.try_into().ok().expect("one party per table")
+}
+
 impl Tables {
     async fn load(&self, ident: &TableIdent) -> LoadedTable {
         self.catalog.load_table(ident).await.unwrap().unwrap()
@@ -60,10 +65,7 @@ impl Tables {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_parts_land_together_once_every_table_is_in() {
     let (t, idents) = tables(&["a", "b", "c"]).await;
-    let mut parties = parties(t.catalog.clone(), &idents);
-    let c = parties.pop().unwrap();
-    let b = parties.pop().unwrap();
-    let mut a = parties.pop().unwrap();
+    let [mut a, b, c] = each(parties(t.catalog.clone(), &idents));
     let (a_done, b_done) = tokio::join!(t.part(&a, "1"), async {
         // Until c withdraws, the two parts wait: nothing is committed.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -86,9 +88,7 @@ async fn the_parts_land_together_once_every_table_is_in() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflict_on_one_table_refuses_every_part_and_the_next_round_lands() {
     let (t, idents) = tables(&["a", "b"]).await;
-    let mut parties = parties(t.catalog.clone(), &idents);
-    let mut b = parties.pop().unwrap();
-    let mut a = parties.pop().unwrap();
+    let [mut a, mut b] = each(parties(t.catalog.clone(), &idents));
     // b's part is built on a table another writer changed since: its requirement fails.
     let stale = t.load(&idents[1]).await;
     let stale_requirement = vec![TableRequirement::UuidMatch {
@@ -118,10 +118,7 @@ async fn a_conflict_on_one_table_refuses_every_part_and_the_next_round_lands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_party_dropped_calls_the_transaction_off_for_the_parts_waiting_and_to_come() {
     let (t, idents) = tables(&["a", "b", "c"]).await;
-    let mut parties = parties(t.catalog.clone(), &idents);
-    let c = parties.pop().unwrap();
-    let b = parties.pop().unwrap();
-    let a = parties.pop().unwrap();
+    let [a, b, c] = each(parties(t.catalog.clone(), &idents));
     let (ra, ()) = tokio::join!(t.part(&a, "1"), async {
         tokio::time::sleep(std::time::Duration::from_millis(30)).await;
         drop(b); // b's rows could not be written
@@ -142,9 +139,7 @@ async fn a_party_dropped_calls_the_transaction_off_for_the_parts_waiting_and_to_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_part_handed_in_after_another_table_found_the_transaction_landed_looks_again() {
     let (t, idents) = tables(&["a", "b"]).await;
-    let mut parties = parties(t.catalog.clone(), &idents);
-    let mut b = parties.pop().unwrap();
-    let a = parties.pop().unwrap();
+    let [a, mut b] = each(parties(t.catalog.clone(), &idents));
     let waiting = tokio::spawn(async move {
         let answer = t.part(&a, "2").await;
         (answer, a, t)

@@ -174,18 +174,9 @@ impl CommitStage {
                     break;
                 }
             }
-            // One of the writer's commit slots for the whole attempt (not its backoff).
-            let slots = self.options.commit_slots.clone();
-            let asked = Instant::now();
-            let slot = slots.take().await;
-            let waited = asked.elapsed();
-            started += waited;
-            // The attempt builds on the head the look published, even after a long wait:
-            // an earlier attempt that lands late then makes this one conflict, and the
-            // next look finds it. (Loading a newer head here would build on the landed
-            // attempt and commit its rows twice.)
             // A transaction across tables already called off, or found landed by another
-            // table, is not worth building a part for (see `commit::together`).
+            // table, is worth neither a slot nor a part built and uploaded (see
+            // `commit::together`).
             if let Some(e) = together.and_then(Party::over) {
                 match e.kind() {
                     ErrorKind::Cancelled => return done(Err(e), maybe_committed, written),
@@ -197,6 +188,16 @@ impl CommitStage {
                     }
                 }
             }
+            // One of the writer's commit slots for the whole attempt (not its backoff).
+            let slots = self.options.commit_slots.clone();
+            let asked = Instant::now();
+            let slot = slots.take().await;
+            let waited = asked.elapsed();
+            started += waited;
+            // The attempt builds on the head the look published, even after a long wait:
+            // an earlier attempt that lands late then makes this one conflict, and the
+            // next look finds it. (Loading a newer head here would build on the landed
+            // attempt and commit its rows twice.)
             let view = self.current();
             let t0 = Instant::now();
             // Per attempt, so nothing of a failed attempt stays in memory.

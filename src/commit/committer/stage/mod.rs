@@ -57,7 +57,7 @@ pub(super) fn one_snapshot_each(groups: Vec<EncodedGroup>) -> Vec<Vec<EncodedGro
                     && g.touched.is_none()
                     && run[0].schema_id == g.schema_id
                     && !g.commits_together()
-                    && !run.iter().any(EncodedGroup::commits_together) =>
+                    && !run[0].commits_together() =>
             {
                 run.push(g)
             }
