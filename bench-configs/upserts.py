@@ -4,7 +4,10 @@
 inserts of the same messages, on Apache's REST fixture + SeaweedFS (started here).
 
 Each run writes a fresh table; its rows/s is --rows over the `floe run` wall time (process
-start included), and the table is read back (DuckDB: one row per key, no more keys than
+start included), beside the CPU each process spent per row (floe, the catalog, the object
+store: they share the machine's cores, so wall-time ratios are capped by their CPU too);
+strategies take turns run by run, so drift in the machine's speed touches them alike. The
+table is read back (DuckDB: one row per key, no more keys than
 --keys). Prints median [min–max] over --runs runs, the ratio to inserts, and per strategy
 what the commits did (data files added and removed, delete files, per commit). Figures
 only: nothing is asserted beyond the read-back.
@@ -74,12 +77,17 @@ def run(s, catalog, table, args, in_flight, strategy):
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(pipeline(s, table, args.rows, args.keys, args.batch, in_flight, strategy,
                          args.workload))
+    services_cpu = {name: cpu_seconds(pid) for name, pid in s.pids.items()}
     t0 = time.perf_counter()
-    res = subprocess.run([FLOE, "run", f.name], capture_output=True, text=True)
+    proc = subprocess.Popen([FLOE, "run", f.name], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     os.unlink(f.name)
-    if res.returncode != 0:
-        sys.exit(f"floe failed:\n{res.stderr[-3000:]}")
+    if status != 0:
+        sys.exit(f"floe failed:\n{stderr[-3000:]}")
+    services_cpu = {name: cpu_seconds(pid) - services_cpu[name] for name, pid in s.pids.items()}
     t = catalog.load_table(f"bench.{table}")
     con = duckdb_connect({"key": s.info["access_key"], "secret": s.info["secret_key"],
                           "endpoint": s.info["s3_endpoint"], "region": s.info["region"]})
@@ -93,8 +101,18 @@ def run(s, catalog, table, args, in_flight, strategy):
     added = sum(int(x.summary.additional_properties.get("added-data-files", 0)) for x in commits)
     removed = sum(int(x.summary.additional_properties.get("deleted-data-files", 0)) for x in commits)
     deletes = sum(int(x.summary.additional_properties.get("added-delete-files", 0)) for x in commits)
+    per_row = lambda seconds: seconds / args.rows * 1e6  # noqa: E731 (µs per row)
     return {"rows_per_s": args.rows / wall, "commits": len(commits), "added": added,
-            "removed": removed, "delete_files": deletes, "rows_left": n}
+            "removed": removed, "delete_files": deletes, "rows_left": n,
+            "cpu_us": [per_row(usage.ru_utime + usage.ru_stime)]
+            + [per_row(cpu) for cpu in services_cpu.values()]}
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of a live process."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
 
 def main():
@@ -118,17 +136,18 @@ def main():
         run(s, catalog, f"warmup_{int(time.time())}", args, 1, "insert")
         results = {}
         for in_flight in [int(x) for x in args.in_flight.split(",")]:
-            for strategy in args.strategies.split(","):
-                runs = []
-                for r in range(args.runs):
+            for r in range(args.runs):
+                for strategy in args.strategies.split(","):
                     table = f"up_{strategy.replace('-', '_')}_{in_flight}_{r}_{int(time.time())}"
-                    runs.append(run(s, catalog, table, args, in_flight, strategy))
-                results[(strategy, in_flight)] = runs
+                    one = run(s, catalog, table, args, in_flight, strategy)
+                    results.setdefault((strategy, in_flight), []).append(one)
+        services = " / ".join(["floe", *s.pids])
         print(f"{args.rows:,} messages ({args.batch} per batch; upserts, 1 in 10 a delete) over "
               f"{args.keys:,} keys ({args.workload}), REST fixture + SeaweedFS, {args.runs} runs each")
         print("| strategy | max_in_flight | rows/s median [min–max] | vs insert | commits | "
-              "data files added / removed per commit | delete files per commit |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+              f"data files added / removed per commit | delete files per commit | "
+              f"CPU µs/row {services} |")
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
         for (strategy, in_flight), runs in results.items():
             rates = [x["rows_per_s"] for x in runs]
             base = results.get(("insert", in_flight))
@@ -138,7 +157,9 @@ def main():
             per = lambda k: statistics.median([x[k] / max(x["commits"], 1) for x in runs])  # noqa: E731
             print(f"| {strategy} | {in_flight} | {statistics.median(rates):,.0f} "
                   f"[{min(rates):,.0f}–{max(rates):,.0f}] | {ratio:.2f}× | {c:.0f} | "
-                  f"{per('added'):.1f} / {per('removed'):.1f} | {per('delete_files'):.1f} |")
+                  f"{per('added'):.1f} / {per('removed'):.1f} | {per('delete_files'):.1f} | "
+                  + " / ".join(f"{statistics.median(x['cpu_us'][i] for x in runs):.1f}"
+                               for i in range(len(runs[0]['cpu_us']))) + " |")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,9 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use uuid::Uuid;
 
 use super::conform::conform;
-use super::lookup::{Hit, has_live_files, open_data_file, unreadable};
+use super::fingerprints::signature;
+use super::keys::KeyColumns;
+use super::lookup::{Hit, has_live_files, index_written, open_data_file, unreadable};
 use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::merge::carried_without;
@@ -55,7 +57,7 @@ pub async fn rewrite(
     (file_io, cache): (&FileIO, &ManifestCache),
     (snapshot_id, commit_id, attempt): (i64, Uuid, u32),
     carried: Vec<ManifestFile>,
-    hits: Vec<Hit>,
+    (hits, keys): (Vec<Hit>, &KeyColumns),
     settings: &FileSettings,
     written: &mut Vec<String>,
 ) -> Result<Removed> {
@@ -95,7 +97,10 @@ pub async fn rewrite(
             None => splice(metadata, file_io, &hit, (settings, &current), written).await?,
         };
         match spliced {
-            Splice::Done(file) => added.push(*file),
+            Splice::Done(file, bytes) => {
+                remember_keys(keys, cache, &file, bytes);
+                added.push(*file);
+            }
             Splice::Declined(read) => {
                 let kept = KeptRows::new(&hit, &current, lineage.as_ref());
                 stream_without(file_io, &hit, kept, &mut sink, read).await?;
@@ -132,14 +137,25 @@ pub async fn rewrite(
     })
 }
 
+/// Indexes the keys of a spliced file from its bytes, so the next commit that touches
+/// them need not read it back (see [`crate::table::key_index`]); a file that cannot be
+/// indexed is read then instead.
+fn remember_keys(keys: &KeyColumns, cache: &ManifestCache, file: &DataFile, bytes: Bytes) {
+    match index_written(keys, bytes) {
+        Ok(Some(index)) => cache.keys().remember(&signature(keys), file, index),
+        Ok(None) => {}
+        Err(e) => tracing::debug!("the keys of {} were not indexed: {e}", file.file_path()),
+    }
+}
+
 /// The largest data file spliced: the splice holds the file, the new file and the
 /// re-encoded pages in memory at once, where the merging rewrite holds a row group.
 const SPLICE_MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// What [`splice`] made of a file.
 enum Splice {
-    /// The spliced file's entry, uploaded.
-    Done(Box<DataFile>),
+    /// The spliced file's entry, uploaded, and its bytes.
+    Done(Box<DataFile>, Bytes),
     /// Left to the merging rewrite, with the file's bytes if they were read.
     Declined(Option<Bytes>),
 }
@@ -183,10 +199,10 @@ async fn splice(
     let file = spliced_data_file(&spliced, new_path.clone(), &hit.file, hit.spec_id)?;
     file_io
         .new_output(&new_path)?
-        .write(spliced.bytes)
+        .write(spliced.bytes.clone())
         .await
         .map_err(Error::from)?;
-    Ok(Splice::Done(Box::new(file)))
+    Ok(Splice::Done(Box::new(file), spliced.bytes))
 }
 
 /// Where the splice of `hit`'s file goes: where the table's writers put a new data file

@@ -21,16 +21,20 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use super::conform::conform;
+use super::fingerprints;
 use super::keys::KeyColumns;
 use crate::error::{Error, ErrorKind, Result};
+use crate::table::key_index::KeyIndex;
 use crate::table::lineage::first_row_ids;
-use crate::table::manifest_cache::{KeySignature, ManifestCache};
+use crate::table::manifest_cache::ManifestCache;
 
 /// The touched keys, as rows of `converter`, and how to find them in a data file.
 pub struct KeyProbe<'a> {
     pub keys: &'a KeyColumns,
     pub converter: &'a RowConverter,
     pub touched: &'a HashSet<Row<'a>>,
+    /// The touched keys' fingerprints, ascending (see [`fingerprints`]).
+    pub fingerprints: &'a [u64],
     pub ranges: &'a KeyRanges,
 }
 
@@ -51,18 +55,17 @@ pub struct Hit {
 
 /// The live data files of `manifests` that hold touched keys, with the rows' positions.
 ///
-/// A file whose key hashes the cache holds (see [`ManifestCache::key_hashes`]) is read
-/// only when one of the touched keys' hashes is among them; any other file is read by its
-/// key columns once, which also records its hashes.
+/// A file whose key index the cache holds (see [`crate::table::key_index`]) is not read
+/// when the index is exact, nor when none of its fingerprints is a touched key's; any
+/// other file is read by its key columns, which also indexes it (once).
 pub async fn find_touched_rows(
     file_io: &FileIO,
     manifests: &[ManifestFile],
     cache: &ManifestCache,
     probe: &KeyProbe<'_>,
 ) -> Result<Vec<Hit>> {
-    let signature = key_signature(probe.keys);
-    let mut touched_hashes: Vec<u64> = probe.touched.iter().map(|r| key_hash(*r)).collect();
-    touched_hashes.sort_unstable();
+    let signature = fingerprints::signature(probe.keys);
+    let indexes = cache.keys();
     let mut live = HashSet::new();
     let mut hits = Vec::new();
     for (n, manifest) in manifests.iter().enumerate() {
@@ -81,20 +84,20 @@ pub async fn find_touched_rows(
             if !probe.ranges.may_hold(file) {
                 continue;
             }
-            let positions = match cache.key_hashes(&signature, file) {
-                Some(held) if !overlap(&touched_hashes, &held) => continue,
+            let positions = match indexes.get(&signature, file) {
+                Some(index) if index.exact() => index.positions_of(probe.fingerprints),
+                Some(index) if !index.holds_any(probe.fingerprints) => continue,
                 Some(_) => touched_positions(file_io, file, probe, None).await?,
-                None if !cache.key_hashes_fit(file) => {
+                None if !indexes.fits(file) => {
                     touched_positions(file_io, file, probe, None).await?
                 }
                 None => {
-                    let mut hashes = Vec::with_capacity(file.record_count() as usize);
+                    let mut keys = Vec::with_capacity(file.record_count() as usize);
                     let positions =
-                        touched_positions(file_io, file, probe, Some(&mut hashes)).await?;
-                    hashes.sort_unstable();
-                    hashes.dedup();
-                    hashes.shrink_to_fit();
-                    cache.remember_key_hashes(&signature, file, hashes);
+                        touched_positions(file_io, file, probe, Some(&mut keys)).await?;
+                    if let Some(index) = KeyIndex::new(fingerprints::is_exact(probe.keys), keys) {
+                        indexes.remember(&signature, file, index);
+                    }
                     positions
                 }
             };
@@ -110,34 +113,76 @@ pub async fn find_touched_rows(
             }
         }
     }
-    cache.keep_key_hashes(&live);
+    indexes.keep(&live);
     Ok(hits)
 }
 
-/// The signature of the key columns the hashes are computed over.
-fn key_signature(keys: &KeyColumns) -> KeySignature {
-    KeySignature(
-        keys.field_ids
-            .iter()
-            .zip(keys.arrow.fields())
-            .map(|(&id, f)| (id, f.data_type().clone()))
-            .collect(),
-    )
+/// The key index of a data file this writer wrote, from its bytes (still in memory), so
+/// the first commit that touches its keys need not read it back; `None` when the file
+/// has no key columns or is too large to index.
+pub fn index_written(keys: &KeyColumns, bytes: bytes::Bytes) -> Result<Option<KeyIndex>> {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let unreadable = |e: parquet::errors::ParquetError| Error::internal(format!("{e}"));
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(unreadable)?;
+    let Some(mask) = key_projection(builder.parquet_schema(), keys)? else {
+        return Ok(None);
+    };
+    let converter = keys.converter()?;
+    let mut pairs = Vec::new();
+    let mut offset = 0u64;
+    for batch in builder.with_projection(mask).build().map_err(unreadable)? {
+        let batch = batch.map_err(|e| Error::internal(format!("{e}")))?;
+        let projected = conform(&batch, &keys.arrow)?;
+        add_fingerprints(keys, &converter, &projected, offset, &mut pairs)?;
+        offset += batch.num_rows() as u64;
+    }
+    Ok(KeyIndex::new(fingerprints::is_exact(keys), pairs))
 }
 
-/// Whether two sorted hash lists share a value: each of the shorter one is looked up in
-/// the longer.
-fn overlap(a: &[u64], b: &[u64]) -> bool {
-    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
-    short.iter().any(|h| long.binary_search(h).is_ok())
+/// Adds each non-null key's fingerprint in `batch` with its position (`offset` + row).
+fn add_fingerprints(
+    keys: &KeyColumns,
+    converter: &RowConverter,
+    batch: &RecordBatch,
+    offset: u64,
+    pairs: &mut Vec<(u64, u64)>,
+) -> Result<()> {
+    let found = fingerprints::of_batch(keys, converter, batch)?;
+    for (i, fingerprint) in found.into_iter().enumerate() {
+        if let Some(f) = fingerprint {
+            pairs.push((f, offset + i as u64));
+        }
+    }
+    Ok(())
 }
 
-/// A key's hash: its encoded row's bytes, hashed the same way for the life of the process.
-fn key_hash(row: Row<'_>) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    row.as_ref().hash(&mut h);
-    h.finish()
+/// The projection of a data file's Parquet schema onto the key columns, by field id;
+/// `None` for a file without every key column (written before the key existed: its rows
+/// have null keys, which no upsert or delete names).
+fn key_projection(
+    parquet: &parquet::schema::types::SchemaDescriptor,
+    keys: &KeyColumns,
+) -> Result<Option<ProjectionMask>> {
+    let fields = parquet.root_schema().get_fields();
+    if !fields.iter().any(|f| f.get_basic_info().has_id()) {
+        return Err(Error::config(
+            "a data file has no Parquet field ids (written without Iceberg's ids, e.g. a \
+             migrated table read through a name mapping): floe cannot match its keys",
+        ));
+    }
+    let roots: Vec<usize> = fields
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| {
+            let info = f.get_basic_info();
+            info.has_id() && keys.field_ids.contains(&info.id())
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if roots.len() != keys.field_ids.len() {
+        return Ok(None);
+    }
+    Ok(Some(ProjectionMask::roots(parquet, roots)))
 }
 
 /// A manifest's entries, through the cache; unreadable is retryable (see [`unreadable`]).
@@ -180,37 +225,18 @@ pub fn unreadable(path: &str, e: impl std::fmt::Display) -> Error {
 }
 
 /// Positions of the rows of a Parquet data file whose key is touched, reading its key
-/// columns only; with `hashes`, also the hash of every row's key.
+/// columns only; with `index`, also every row's key fingerprint and position.
 async fn touched_positions(
     file_io: &FileIO,
     file: &DataFile,
     probe: &KeyProbe<'_>,
-    mut hashes: Option<&mut Vec<u64>>,
+    mut index: Option<&mut Vec<(u64, u64)>>,
 ) -> Result<Vec<u64>> {
     let keys = probe.keys;
     let builder = open_data_file(file_io, file).await?;
-    let fields = builder.parquet_schema().root_schema().get_fields();
-    if !fields.iter().any(|f| f.get_basic_info().has_id()) {
-        return Err(Error::config(
-            "a data file has no Parquet field ids (written without Iceberg's ids, e.g. a \
-             migrated table read through a name mapping): floe cannot match its keys",
-        ));
-    }
-    let roots: Vec<usize> = fields
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| {
-            let info = f.get_basic_info();
-            info.has_id() && keys.field_ids.contains(&info.id())
-        })
-        .map(|(i, _)| i)
-        .collect();
-    if roots.len() != keys.field_ids.len() {
-        // A file without every key column (written before the key existed): its rows
-        // have null keys, which no upsert or delete names.
+    let Some(mask) = key_projection(builder.parquet_schema(), keys)? else {
         return Ok(Vec::new());
-    }
-    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    };
     let path = file.file_path();
     let mut stream = builder
         .with_projection(mask)
@@ -225,9 +251,9 @@ async fn touched_positions(
             if probe.touched.contains(&row) {
                 positions.push(offset + i as u64);
             }
-            if let Some(hashes) = hashes.as_mut() {
-                hashes.push(key_hash(row));
-            }
+        }
+        if let Some(index) = index.as_mut() {
+            add_fingerprints(keys, probe.converter, &projected, offset, index)?;
         }
         offset += batch.num_rows() as u64;
     }
@@ -320,3 +346,6 @@ fn literal(column: &ArrayRef, row: usize) -> Option<PrimitiveLiteral> {
         _ => return None,
     })
 }
+
+#[cfg(test)]
+mod tests;

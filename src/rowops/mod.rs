@@ -13,6 +13,7 @@
 pub mod conform;
 pub mod cow;
 pub mod deletion_vectors;
+pub mod fingerprints;
 pub mod keys;
 pub mod lookup;
 pub mod positional;

@@ -11,6 +11,7 @@
 //! ([`super::deletion_vectors`]).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
@@ -28,6 +29,7 @@ use super::lookup::{Hit, has_live_files, load, open_data_file, unreadable};
 use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::manifest_cache::ManifestCache;
+use crate::table::position_deletes::RemovedPositions;
 use crate::write::deletion_vector::is_deletion_vector;
 use crate::write::{
     DELETE_FILE_PATH_FIELD_ID, DeletedRows, FileSettings, write_position_delete_files,
@@ -87,8 +89,20 @@ pub async fn delete_positions(
             }
         })
         .collect();
+    let mut by_path: HashMap<String, Vec<u64>> = deleted
+        .iter()
+        .map(|d| (d.path.clone(), d.positions.clone()))
+        .collect();
     let files = write_position_delete_files(deleted, metadata, file_io, settings).await?;
     written.extend(files.iter().map(|f| f.file_path().to_string()));
+    // Each file names one data file: what it removes is known without reading it back.
+    for file in &files {
+        let named = file.referenced_data_file();
+        if let Some((path, positions)) = named.and_then(|p| by_path.remove_entry(&p)) {
+            let removed = RemovedPositions::from([(path, positions)]);
+            cache.position_deletes().remember(file, removed);
+        }
+    }
     Ok(Removed {
         manifests: carried,
         position_deletes: files,
@@ -98,7 +112,8 @@ pub async fn delete_positions(
 
 /// The positions of `hits`' files that live position-delete files of `carried` remove
 /// already (only delete files of the same partition apply; deletion vectors are read by
-/// [`super::deletion_vectors`]).
+/// [`super::deletion_vectors`]). Each delete file is read once (see
+/// [`crate::table::position_deletes`]).
 async fn deleted_positions(
     file_io: &FileIO,
     cache: &ManifestCache,
@@ -109,6 +124,8 @@ async fn deleted_positions(
     if hits.is_empty() {
         return Ok(deleted);
     }
+    let known = cache.position_deletes();
+    let mut live = HashSet::new();
     for manifest in carried
         .iter()
         .filter(|m| m.content == ManifestContentType::Deletes && has_live_files(m))
@@ -119,16 +136,39 @@ async fn deleted_positions(
             if file.content_type() != DataContentType::PositionDeletes || is_deletion_vector(file) {
                 continue;
             }
+            live.insert(file.file_path().to_string());
             let relevant: HashSet<&str> = hits
                 .iter()
                 .filter(|h| h.file.partition() == file.partition() && may_name(file, h))
                 .map(|h| h.file.file_path())
                 .collect();
-            if !relevant.is_empty() {
-                read_position_deletes(file_io, file, &relevant, &mut deleted).await?;
+            if relevant.is_empty() {
+                continue;
+            }
+            let removed = match known.get(file) {
+                Some(removed) => removed,
+                // A file-scoped delete file (as floe writes them) names one data file: kept
+                // whole. Another (e.g. partition-scoped) may name millions of rows of
+                // other files: only the touched files' positions are read, and not kept.
+                None if file.referenced_data_file().is_some() => {
+                    known.remember(file, read_position_deletes(file_io, file, None).await?)
+                }
+                None => {
+                    let only = Some(&relevant);
+                    Arc::new(read_position_deletes(file_io, file, only).await?)
+                }
+            };
+            for path in relevant {
+                if let Some(positions) = removed.get(path) {
+                    deleted
+                        .entry(path.to_string())
+                        .or_default()
+                        .extend(positions.iter().copied());
+                }
             }
         }
     }
+    known.keep(&live);
     Ok(deleted)
 }
 
@@ -148,18 +188,19 @@ fn may_name(file: &DataFile, hit: &Hit) -> bool {
     lower.is_none_or(|l| l.as_str() <= path) && upper.is_none_or(|u| path <= u.as_str())
 }
 
-/// Adds the positions that position-delete file `file` names in `paths` to `deleted`.
+/// The positions position-delete file `file` removes, by data file (`only` those of the
+/// data files named there, if given).
 async fn read_position_deletes(
     file_io: &FileIO,
     file: &DataFile,
-    paths: &HashSet<&str>,
-    deleted: &mut HashMap<String, HashSet<u64>>,
-) -> Result<()> {
+    only: Option<&HashSet<&str>>,
+) -> Result<RemovedPositions> {
     let read_error = |e: parquet::errors::ParquetError| unreadable(file.file_path(), e);
     let mut stream = open_data_file(file_io, file)
         .await?
         .build()
         .map_err(read_error)?;
+    let mut removed = RemovedPositions::new();
     while let Some(batch) = stream.try_next().await.map_err(read_error)? {
         let (Some(path_column), Some(pos_column)) = (
             batch.column_by_name("file_path"),
@@ -178,13 +219,16 @@ async fn read_position_deletes(
             .ok_or_else(|| Error::internal("position deletes: pos is not a long"))?;
         for row in 0..batch.num_rows() {
             let path = paths_read.value(row);
-            if paths.contains(path) {
-                deleted
-                    .entry(path.to_string())
-                    .or_default()
-                    .insert(positions.value(row) as u64);
+            if only.is_some_and(|only| !only.contains(path)) {
+                continue;
+            }
+            match removed.get_mut(path) {
+                Some(list) => list.push(positions.value(row) as u64),
+                None => {
+                    removed.insert(path.to_string(), vec![positions.value(row) as u64]);
+                }
             }
         }
     }
-    Ok(())
+    Ok(removed)
 }

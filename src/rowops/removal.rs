@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::lookup::{KeyProbe, KeyRanges, find_touched_rows};
 pub use super::removed::{Removal, RemoveKeys, Removed};
-use super::{cow, positional};
+use super::{cow, fingerprints, positional};
 use crate::error::Result;
 use crate::table::manifest_cache::ManifestCache;
 
@@ -42,21 +42,26 @@ pub async fn remove_touched_rows(
     let touched_rows = keys.rows(&converter, &remove.touched)?;
     let touched: HashSet<Row<'_>> = touched_rows.iter().collect();
     let ranges = KeyRanges::of(keys, &remove.touched);
+    let fingerprints = fingerprints::of_touched(keys, &converter, &remove.touched)?;
     let probe = KeyProbe {
         keys,
         converter: &converter,
         touched: &touched,
+        fingerprints: &fingerprints,
         ranges: &ranges,
     };
+    let started = std::time::Instant::now();
     let hits = find_touched_rows(file_io, &carried, cache, &probe).await?;
-    match remove.by {
+    let looked = started.elapsed();
+    let hit_files = hits.len();
+    let removed = match remove.by {
         Removal::Rewrite => {
             cow::rewrite(
                 metadata,
                 (file_io, cache),
                 ids,
                 carried,
-                hits,
+                (hits, keys),
                 &remove.settings,
                 written,
             )
@@ -74,5 +79,11 @@ pub async fn remove_touched_rows(
             )
             .await
         }
-    }
+    };
+    tracing::debug!(
+        "removing {} keys: lookup {looked:?} ({hit_files} files hold them), removal {:?}",
+        touched.len(),
+        started.elapsed() - looked
+    );
+    removed
 }

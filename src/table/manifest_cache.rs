@@ -17,29 +17,26 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use arrow_schema::DataType;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFile, FormatVersion, Manifest, ManifestContentType, ManifestFile, PartitionSpec,
     TableMetadata,
 };
 
+use super::key_index::KeyIndexes;
 use super::manifest_writer::{ManifestHeaders, WrittenEntry, write_entries};
+use super::position_deletes::PositionDeletes;
 use crate::error::Result;
 use crate::sync::LockExt;
 
 /// Estimated bytes cached at most per table.
 const MAX_CACHED_BYTES: usize = 64 << 20;
 
-/// What key hashes were computed for: the key's field ids and their Arrow types (a key
-/// column promoted from int to long encodes, and hashes, differently).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeySignature(pub Vec<(i32, DataType)>);
-
 #[derive(Default)]
 pub struct ManifestCache {
     cached: Mutex<Cached>,
-    keys: Mutex<KeyHashes>,
+    keys: KeyIndexes,
+    position_deletes: PositionDeletes,
     written: Mutex<HashMap<String, Arc<Vec<WrittenEntry>>>>,
     read: Mutex<ReadEntries>,
     headers: ManifestHeaders,
@@ -84,30 +81,6 @@ const MAX_WRITTEN_ENTRIES: usize = 200;
 /// and attempts that never land (a catalog outage) must not pile up until one does.
 const MAX_WRITTEN_MANIFESTS: usize = 1_000;
 
-/// Estimated bytes of key hashes cached at most per table (8 per row: ~16M rows).
-const MAX_KEY_HASH_BYTES: usize = 128 << 20;
-
-/// The hashes of the keys each live data file holds, sorted, for the key signature they
-/// were computed with. A data file never changes, so a file whose hashes miss every
-/// touched key's hash cannot hold one and is not read (a hash match is confirmed by
-/// reading the file).
-#[derive(Default)]
-struct KeyHashes {
-    signature: Option<KeySignature>,
-    /// By path: the file's size and row count (a guard against a path reused for other
-    /// contents) and its hashes.
-    files: HashMap<String, (FileShape, Arc<Vec<u64>>)>,
-    bytes: usize,
-}
-
-/// A data file's size in bytes and row count.
-type FileShape = (u64, u64);
-
-/// What a data file's cached hashes cost.
-fn hashes_size(path: &str, rows: u64) -> usize {
-    64 + path.len() + 8 * rows as usize
-}
-
 #[derive(Default)]
 struct Cached {
     manifests: HashMap<String, (Arc<Manifest>, usize)>,
@@ -115,6 +88,17 @@ struct Cached {
 }
 
 impl ManifestCache {
+    /// The key indexes of the table's live data files (see [`super::key_index`]).
+    pub fn keys(&self) -> &KeyIndexes {
+        &self.keys
+    }
+
+    /// What the table's live position-delete files remove (see
+    /// [`super::position_deletes`]).
+    pub fn position_deletes(&self) -> &PositionDeletes {
+        &self.position_deletes
+    }
+
     /// The Avro headers of the manifests this writer writes (see `manifest_writer`).
     pub fn headers(&self) -> &ManifestHeaders {
         &self.headers
@@ -141,56 +125,6 @@ impl ManifestCache {
                 .insert(manifest.manifest_path.clone(), (loaded.clone(), size));
         }
         Ok(loaded)
-    }
-
-    /// The key hashes of `file`, if known for this key signature.
-    pub fn key_hashes(&self, signature: &KeySignature, file: &DataFile) -> Option<Arc<Vec<u64>>> {
-        let keys = self.keys.locked();
-        if keys.signature.as_ref() != Some(signature) {
-            return None;
-        }
-        let (shape, hashes) = keys.files.get(file.file_path())?;
-        (*shape == (file.file_size_in_bytes(), file.record_count())).then(|| hashes.clone())
-    }
-
-    /// Whether `file`'s key hashes would fit the budget (else they are not collected).
-    pub fn key_hashes_fit(&self, file: &DataFile) -> bool {
-        let size = hashes_size(file.file_path(), file.record_count());
-        self.keys.locked().bytes + size <= MAX_KEY_HASH_BYTES
-    }
-
-    /// Records the key hashes (sorted) of `file`; a new signature (the key changed)
-    /// forgets every file's.
-    pub fn remember_key_hashes(&self, signature: &KeySignature, file: &DataFile, hashes: Vec<u64>) {
-        let mut keys = self.keys.locked();
-        if keys.signature.as_ref() != Some(signature) {
-            *keys = KeyHashes {
-                signature: Some(signature.clone()),
-                ..KeyHashes::default()
-            };
-        }
-        let path = file.file_path();
-        let size = hashes_size(path, file.record_count());
-        if keys.bytes + size <= MAX_KEY_HASH_BYTES && !keys.files.contains_key(path) {
-            keys.bytes += size;
-            let shape = (file.file_size_in_bytes(), file.record_count());
-            keys.files
-                .insert(path.to_string(), (shape, Arc::new(hashes)));
-        }
-    }
-
-    /// Forgets the key hashes of data files not in `live`.
-    pub fn keep_key_hashes(&self, live: &HashSet<String>) {
-        let mut keys = self.keys.locked();
-        let mut freed = 0;
-        keys.files.retain(|path, ((_, rows), _)| {
-            let keep = live.contains(path);
-            if !keep {
-                freed += hashes_size(path, *rows);
-            }
-            keep
-        });
-        keys.bytes -= freed;
     }
 
     /// Remembers the entries of a manifest this writer wrote at `path`, so merging it

@@ -1,8 +1,10 @@
 //! The table model below row operations and the committer: manifests as floe writes
-//! them (its own Avro encoder), the per-table cache of manifests and key hashes, and
+//! them (its own Avro encoder), the per-table cache of manifests and key indexes, and
 //! manifest merging and rewriting.
 
+pub mod key_index;
 pub mod lineage;
 pub mod manifest_cache;
 pub mod manifest_writer;
 pub mod merge;
+pub mod position_deletes;

@@ -2,6 +2,7 @@
 //! memory for small groups, and hands the group to the commit stage.
 
 use crate::sync::LockExt;
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -12,6 +13,8 @@ use tokio::sync::{mpsc, watch};
 use crate::commit::staging::{STAGE_MAX_INPUT_BYTES, StagedFile, Staging};
 use crate::config::MergeStrategy;
 use crate::error::{Error, ErrorKind, Result};
+use crate::rowops::fingerprints;
+use crate::rowops::lookup::index_written;
 use crate::rowops::removal::Removal;
 use crate::rowops::resolve::resolve_group;
 use crate::stats::EventKind;
@@ -21,7 +24,8 @@ use super::credentials::Refusals;
 use super::schedule::Pace;
 use super::schedule::{Gathering, Plan, collect};
 use super::{
-    CommitterOptions, EncodedGroup, Pending, TableView, fail_overtaking, without_overtaken,
+    CommitterOptions, EncodedGroup, Pending, StagedKeys, TableView, fail_overtaking,
+    without_overtaken,
 };
 
 pub(super) async fn encode_loop(
@@ -116,7 +120,12 @@ pub(super) async fn encode_loop(
                     (Some(keys), Some(deletes), Some(by)) => Some((deletes, keys.clone(), by)),
                     _ => None,
                 };
+                let key_indexes = match touched {
+                    Some(_) => index_staged(&current, &data_files, &staged),
+                    None => None,
+                };
                 let group = EncodedGroup {
+                    key_indexes,
                     data_files,
                     delete_files,
                     touched,
@@ -134,6 +143,33 @@ pub(super) async fn encode_loop(
             }
         }
     }
+}
+
+/// Copy-on-write and positional: the key index of each staged data file of a group that
+/// upserts or deletes, so the first commit that touches its keys finds their rows
+/// without reading the file back. (Groups of inserts alone are not indexed: a table
+/// that only takes inserts runs no lookup, which is what forgets files no longer live.)
+/// A file that cannot be indexed is read when a lookup first needs it, as any other.
+fn index_staged(
+    view: &TableView,
+    data_files: &[DataFile],
+    staged: &[StagedFile],
+) -> Option<StagedKeys> {
+    let keys = view.keys.as_ref()?;
+    Removal::of(view.strategy)?;
+    let data: HashSet<&str> = data_files.iter().map(|f| f.file_path()).collect();
+    let indexes = staged
+        .iter()
+        .filter(|f| data.contains(f.path.as_str()))
+        .filter_map(|f| match index_written(keys, f.bytes.clone()) {
+            Ok(index) => index.map(|i| (f.path.clone(), i)),
+            Err(e) => {
+                tracing::debug!("the keys of {} were not indexed: {e}", f.path);
+                None
+            }
+        })
+        .collect();
+    Some((fingerprints::signature(keys), indexes))
 }
 
 /// The rows a group writes: each call's rows minus those a later call in the group

@@ -54,6 +54,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::rowops::KeyColumns;
 use crate::rowops::removal::Removal;
 use crate::stats::WriterStats;
+use crate::table::key_index::{KeyIndex, KeySignature};
 use crate::table::manifest_cache::ManifestCache;
 
 use encode::encode_loop;
@@ -379,12 +380,19 @@ struct EncodedGroup {
     /// The data files' bytes when they were staged in memory (small groups): uploaded
     /// with the manifest and the manifest list.
     staged: Vec<StagedFile>,
+    /// Copy-on-write and positional: the keys of the staged data files, read from their
+    /// bytes, for the commit stage to keep once the files are committed (see
+    /// [`crate::table::key_index`]).
+    key_indexes: Option<StagedKeys>,
     /// The table (uuid), schema and spec the files were written for.
     table_uuid: uuid::Uuid,
     schema_id: i32,
     spec_id: i32,
     pendings: Vec<Pending>,
 }
+
+/// The key signature and, by path, the key index of data files a group staged.
+type StagedKeys = (KeySignature, Vec<(String, KeyIndex)>);
 
 impl EncodedGroup {
     /// Whether the group's rows commit together with other tables' (see

@@ -19,8 +19,8 @@ use super::credentials::Refusals;
 use super::schedule::Pace;
 use super::view::{publish_table, same_for_writers, take_in_offsets};
 use super::{
-    Committed, CommitterOptions, EncodedGroup, Ledger, TableView, fail_all, fail_overtaking,
-    finish, is_overtaken, overtaken_error,
+    Committed, CommitterOptions, EncodedGroup, Ledger, StagedKeys, TableView, fail_all,
+    fail_overtaking, finish, is_overtaken, overtaken_error,
 };
 use crate::catalog::{Catalog, LoadedTable};
 use crate::commit::expire::{delete_unreachable, expired_refs, expired_snapshots, removal_request};
@@ -254,6 +254,19 @@ impl CommitStage {
         }
     }
 
+    /// Keeps the key indexes of committed data files (see [`crate::table::key_index`]).
+    fn keep_key_indexes(&self, committed: &[DataFile], staged: Vec<StagedKeys>) {
+        let by_path: HashMap<&str, &DataFile> =
+            committed.iter().map(|f| (f.file_path(), f)).collect();
+        for (signature, indexes) in staged {
+            for (path, index) in indexes {
+                if let Some(file) = by_path.get(path.as_str()) {
+                    self.manifests.keys().offer(&signature, file, index);
+                }
+            }
+        }
+    }
+
     pub(super) async fn commit_groups(&mut self, groups: Vec<EncodedGroup>) {
         let started = Instant::now();
         // Groups encoded against different schemas cannot share a snapshot; the first
@@ -265,6 +278,7 @@ impl CommitStage {
         let mut delete_files = Vec::new();
         let mut touched = None;
         let mut staged = Vec::new();
+        let mut key_indexes = Vec::new();
         let mut pendings = Vec::new();
         let mut offsets = SourceOffsets::default();
         let ident = self.ident();
@@ -297,6 +311,7 @@ impl CommitStage {
             // At most one group per run touches keys (see `one_snapshot_each`).
             touched = touched.or(g.touched);
             staged.extend(g.staged);
+            key_indexes.extend(g.key_indexes);
             for p in &g.pendings {
                 offsets.union_with(&p.submission.offsets);
             }
@@ -345,6 +360,7 @@ impl CommitStage {
                     party.landed();
                 }
                 self.record_committed(&changes, &outcome.tries, started.elapsed());
+                self.keep_key_indexes(&changes.data_files, key_indexes);
                 if !offsets.is_empty() {
                     self.ledger.locked().committed.union_with(&offsets);
                 }
