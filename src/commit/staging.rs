@@ -9,7 +9,7 @@
 //! files stream to storage as they are encoded, overlapping the previous commit.
 
 use bytes::Bytes;
-use futures::future::try_join_all;
+use futures::{StreamExt, TryStreamExt, stream};
 use iceberg::io::FileIO;
 
 use crate::error::Result;
@@ -56,15 +56,27 @@ impl Staging {
     }
 }
 
-/// Uploads `files` to their paths in `file_io`, all at once.
+/// Uploads `files` to their paths in `file_io`, [`MAX_CONCURRENT_UPLOADS`] at a time
+/// (an upsert spread over thousands of data files stages a delete file or a rewrite for
+/// each: all at once would meet the store's request limits).
 pub async fn upload(file_io: &FileIO, files: &[StagedFile]) -> Result<()> {
-    try_join_all(files.iter().map(|f| async move {
-        file_io.new_output(&f.path)?.write(f.bytes.clone()).await?;
-        Ok::<_, crate::error::Error>(())
-    }))
-    .await?;
-    Ok(())
+    // Each upload owns what it needs: a stream of futures borrowing `files` would make
+    // the commit stage's future lose `Send`.
+    let uploads = files.iter().map(|f| {
+        let (io, path, bytes) = (file_io.clone(), f.path.clone(), f.bytes.clone());
+        async move {
+            io.new_output(&path)?.write(bytes).await?;
+            Ok::<_, crate::error::Error>(())
+        }
+    });
+    stream::iter(uploads.collect::<Vec<_>>())
+        .buffer_unordered(MAX_CONCURRENT_UPLOADS)
+        .try_collect::<()>()
+        .await
 }
+
+/// Uploads of one attempt in flight at once.
+const MAX_CONCURRENT_UPLOADS: usize = 16;
 
 #[cfg(test)]
 mod tests {

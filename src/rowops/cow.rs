@@ -37,6 +37,7 @@ use super::conform::conform;
 use super::fingerprints::signature;
 use super::keys::KeyColumns;
 use super::lookup::{Hit, has_live_files, index_written, open_data_file, unreadable};
+use super::removal::Written;
 use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::merge::carried_without;
@@ -59,8 +60,14 @@ pub async fn rewrite(
     carried: Vec<ManifestFile>,
     (hits, keys): (Vec<Hit>, &KeyColumns),
     settings: &FileSettings,
-    written: &mut Vec<String>,
+    out: Written<'_>,
 ) -> Result<Removed> {
+    // Small rewrites go to scratch storage, uploaded with the attempt's manifests in
+    // one round trip, and are indexed from their bytes there.
+    let rewritten: u64 = hits.iter().map(|h| h.file.file_size_in_bytes()).sum();
+    let stage = rewritten <= STAGE_MAX_REWRITE_BYTES;
+    let write_io = if stage { out.stage_io } else { file_io };
+    let written = out.all;
     let current = Arc::new(
         iceberg::arrow::schema_to_arrow_schema(metadata.current_schema()).map_err(Error::from)?,
     );
@@ -77,8 +84,8 @@ pub async fn rewrite(
     };
     // One sink for every remainder: small remainders of several files share a file.
     let mut sink = match lineage {
-        Some(_) => DataFileSink::with_lineage(metadata, file_io, settings)?,
-        None => DataFileSink::new(metadata, file_io, settings)?,
+        Some(_) => DataFileSink::with_lineage(metadata, write_io, settings)?,
+        None => DataFileSink::new(metadata, write_io, settings)?,
     };
     let mut removed_by_manifest: BTreeMap<usize, HashSet<String>> = BTreeMap::new();
     let mut removed = Vec::with_capacity(hits.len());
@@ -94,11 +101,17 @@ pub async fn rewrite(
         }
         let spliced = match lineage {
             Some(_) => Splice::Declined(None),
-            None => splice(metadata, file_io, &hit, (settings, &current), written).await?,
+            None => {
+                let io = (file_io, write_io);
+                splice(metadata, io, &hit, (settings, &current), written).await?
+            }
         };
         match spliced {
             Splice::Done(file, bytes) => {
                 remember_keys(keys, cache, &file, bytes);
+                if stage {
+                    out.staged.push(file.file_path().to_string());
+                }
                 added.push(*file);
             }
             Splice::Declined(read) => {
@@ -114,6 +127,18 @@ pub async fn rewrite(
     }
     let merged = sink.close().await?;
     written.extend(merged.iter().map(|f| f.file_path().to_string()));
+    if stage {
+        for file in &merged {
+            let path = file.file_path();
+            out.staged.push(path.to_string());
+            let bytes = write_io
+                .new_input(path)?
+                .read()
+                .await
+                .map_err(Error::from)?;
+            remember_keys(keys, cache, file, bytes);
+        }
+    }
     added.extend(merged);
     let ids = (snapshot_id, commit_id, attempt);
     let key = |f: &DataFile| f.file_path().to_string();
@@ -148,13 +173,17 @@ fn remember_keys(keys: &KeyColumns, cache: &ManifestCache, file: &DataFile, byte
     }
 }
 
+/// The most bytes of data files one commit rewrites through scratch storage (see
+/// [`rewrite`]); larger rewrites stream to storage as they are written.
+const STAGE_MAX_REWRITE_BYTES: u64 = 16 << 20;
+
 /// The largest data file spliced: the splice holds the file, the new file and the
 /// re-encoded pages in memory at once, where the merging rewrite holds a row group.
 const SPLICE_MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// What [`splice`] made of a file.
 enum Splice {
-    /// The spliced file's entry, uploaded, and its bytes.
+    /// The spliced file's entry, written (to scratch storage when staged), and its bytes.
     Done(Box<DataFile>, Bytes),
     /// Left to the merging rewrite, with the file's bytes if they were read.
     Declined(Option<Bytes>),
@@ -170,7 +199,7 @@ enum Splice {
 /// merging rewrite reports any fault of the file itself).
 async fn splice(
     metadata: &TableMetadata,
-    file_io: &FileIO,
+    (file_io, write_io): (&FileIO, &FileIO),
     hit: &Hit,
     (settings, current): (&FileSettings, &SchemaRef),
     written: &mut Vec<String>,
@@ -197,7 +226,7 @@ async fn splice(
     let new_path = spliced_path(metadata, hit)?;
     written.push(new_path.clone());
     let file = spliced_data_file(&spliced, new_path.clone(), &hit.file, hit.spec_id)?;
-    file_io
+    write_io
         .new_output(&new_path)?
         .write(spliced.bytes.clone())
         .await

@@ -26,6 +26,7 @@ use uuid::Uuid;
 
 use super::deletion_vectors;
 use super::lookup::{Hit, has_live_files, load, open_data_file, unreadable};
+use super::removal::Written;
 use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::manifest_cache::ManifestCache;
@@ -55,7 +56,7 @@ pub async fn delete_positions(
     carried: Vec<ManifestFile>,
     hits: Vec<Hit>,
     settings: &FileSettings,
-    written: &mut Vec<String>,
+    out: Written<'_>,
 ) -> Result<Removed> {
     let spec_id = metadata.default_partition_spec_id();
     if let Some(old) = hits.iter().find(|h| h.spec_id != spec_id) {
@@ -71,7 +72,7 @@ pub async fn delete_positions(
     let already = deleted_positions(file_io, cache, &carried, &hits).await?;
     if metadata.format_version() >= FormatVersion::V3 {
         let io = (file_io, cache);
-        return deletion_vectors::replace(metadata, io, ids, carried, hits, already, written).await;
+        return deletion_vectors::replace(metadata, io, ids, carried, hits, already, out.all).await;
     }
     let deleted: Vec<DeletedRows> = hits
         .into_iter()
@@ -93,8 +94,10 @@ pub async fn delete_positions(
         .iter()
         .map(|d| (d.path.clone(), d.positions.clone()))
         .collect();
-    let files = write_position_delete_files(deleted, metadata, file_io, settings).await?;
-    written.extend(files.iter().map(|f| f.file_path().to_string()));
+    let files = write_position_delete_files(deleted, metadata, out.stage_io, settings).await?;
+    let paths = files.iter().map(|f| f.file_path().to_string());
+    out.all.extend(paths.clone());
+    out.staged.extend(paths);
     // Each file names one data file: what it removes is known without reading it back.
     for file in &files {
         let named = file.referenced_data_file();

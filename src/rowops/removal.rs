@@ -20,17 +20,27 @@ use super::{cow, fingerprints, positional};
 use crate::error::Result;
 use crate::table::manifest_cache::ManifestCache;
 
+/// Where a removal's files go, and the record of them.
+pub struct Written<'a> {
+    /// Every file written, recorded as soon as it exists: the caller deletes them if the
+    /// attempt fails (see [`crate::commit::snapshot::prepare_snapshot`]).
+    pub all: &'a mut Vec<String>,
+    /// Scratch storage for small files (position deletes, small rewrites), uploaded with the attempt's
+    /// manifests in one round trip instead of one by one while the commit stage waits.
+    pub stage_io: &'a FileIO,
+    /// The files written to `stage_io`.
+    pub staged: &'a mut Vec<String>,
+}
+
 /// Removes, for a snapshot `snapshot_id` on top of `metadata`'s head (whose manifests
-/// are `carried`), the rows with any of the touched keys. Every file it writes is
-/// recorded in `written` as soon as it exists: the caller deletes them if the attempt
-/// fails (see [`crate::commit::snapshot::prepare_snapshot`]).
+/// are `carried`), the rows with any of the touched keys.
 pub async fn remove_touched_rows(
     metadata: &TableMetadata,
     (file_io, cache): (&FileIO, &ManifestCache),
     ids: (i64, Uuid, u32),
     carried: Vec<ManifestFile>,
     remove: &RemoveKeys,
-    written: &mut Vec<String>,
+    out: Written<'_>,
 ) -> Result<Removed> {
     cache.keep_only(&carried);
     match remove.by {
@@ -63,7 +73,7 @@ pub async fn remove_touched_rows(
                 carried,
                 (hits, keys),
                 &remove.settings,
-                written,
+                out,
             )
             .await
         }
@@ -75,7 +85,7 @@ pub async fn remove_touched_rows(
                 carried,
                 hits,
                 &remove.settings,
-                written,
+                out,
             )
             .await
         }

@@ -19,7 +19,7 @@ use super::{Attempt, Cached, ManifestListCache, PreparedCommit, Rebase, Snapshot
 use crate::catalog::{LoadedTable, Refs};
 use crate::commit::offsets::{MAX_RANGES, committed_offsets, property_key, record_value};
 use crate::error::{Error, ErrorKind, Result};
-use crate::rowops::removal::{RemoveKeys, Removed, remove_touched_rows};
+use crate::rowops::removal::{RemoveKeys, Removed, Written, remove_touched_rows};
 use crate::table::manifest_cache::write_manifest;
 use crate::table::manifest_writer::WrittenEntry;
 use crate::table::merge::{MergePolicy, merge_manifests};
@@ -164,7 +164,13 @@ impl<'a> SnapshotBuilder<'a> {
         let head = self.head_manifests().await?;
         let ids = (self.snapshot_id, self.files.commit_id, self.attempt);
         let io = (self.file_io, self.cache.manifests);
-        remove_touched_rows(self.metadata(), io, ids, head, remove, self.written).await
+        let metadata = &self.table.metadata;
+        let out = Written {
+            all: self.written,
+            stage_io: self.stage_io,
+            staged: &mut self.staged,
+        };
+        remove_touched_rows(metadata, io, ids, head, remove, out).await
     }
 
     /// A manifest of `files` when there are any (see [`Self::write_manifest`]).

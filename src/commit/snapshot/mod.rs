@@ -55,8 +55,9 @@ pub struct PreparedCommit {
     /// Metadata files this attempt wrote (manifests, manifest list), for cleanup when
     /// the attempt is definitively refused.
     pub written: Vec<String>,
-    /// Of those, the ones written to the staging storage (the new manifest and the
-    /// manifest list): they must be uploaded before the catalog request is sent.
+    /// Of those, the ones written to the staging storage (the new manifests, the manifest
+    /// list, position deletes and small copy-on-write rewrites): they must be uploaded
+    /// before the catalog request is sent.
     pub staged: Vec<String>,
     /// The new snapshot's manifest list, to reuse once it is the head.
     pub manifest_list: ManifestListCache,
@@ -193,10 +194,10 @@ pub(crate) async fn current_manifests(
 pub use crate::catalog::refs::table_refs;
 
 /// Builds a snapshot of `files` on top of the table's current head: writes the data
-/// manifest and the manifest list to `stage_io` (see [`PreparedCommit::staged`]), merges
-/// small manifests per `merge` in `file_io`, and returns the catalog request. When it
-/// fails, what it wrote in `file_io` (merged manifests, rewritten data files, position
-/// deletes) is deleted: nothing references it.
+/// manifest, the manifest list, position deletes and small rewrites to `stage_io` (see
+/// [`PreparedCommit::staged`]), merges small manifests per `merge` in `file_io`, and
+/// returns the catalog request. When it fails, what it wrote in `file_io` (merged
+/// manifests, large rewrites, deletion vectors) is deleted: nothing references it.
 pub async fn prepare_snapshot(
     table: &LoadedTable,
     file_io: &FileIO,

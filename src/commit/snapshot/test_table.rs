@@ -144,7 +144,9 @@ impl MemoryTable {
         }
     }
 
-    /// Prepares `changes` on the current head (staging and storage are the same memory).
+    /// Prepares `changes` on the current head as a commit stage does: the small files
+    /// go to scratch storage, and what the attempt lists as staged is uploaded (a file
+    /// written there but not listed never reaches the table's storage).
     pub(super) async fn prepare(&self, changes: &SnapshotChanges) -> crate::Result<PreparedCommit> {
         let cache = Cached {
             list: None,
@@ -155,7 +157,14 @@ impl MemoryTable {
             rebase: None,
         };
         let (table, io) = (&self.table, &self.io);
-        super::prepare_snapshot(table, io, io, changes, &self.merge, cache, attempt).await
+        let staging = crate::commit::staging::Staging::default();
+        let scratch = staging.io();
+        let prepared =
+            super::prepare_snapshot(table, io, scratch, changes, &self.merge, cache, attempt)
+                .await?;
+        let files = staging.take(prepared.staged.clone()).await?;
+        crate::commit::staging::upload(io, &files).await?;
+        Ok(prepared)
     }
 
     /// Applies a prepared commit as a catalog would.
