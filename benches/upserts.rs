@@ -14,6 +14,12 @@
 //!    1,024-row pages (spliced) and of 20,000-row pages (rewritten whole) alternate.
 //! 3. **Delete files against K** (keys upserted in one commit): the delete file bytes and
 //!    the commit time, merge-on-read (equality deletes) and positional.
+//! 4. **Memory per row in flight**: 64 calls of 1,000 keyed rows (256-B payload; each
+//!    call its own keys, half of them in the table already) handed in at once, as a host
+//!    at `max_in_flight` 64 does, into a table of 32 files × 1,000 rows; the
+//!    heap's peak above its level before the calls (sampled every millisecond), per row
+//!    of all the calls: what floe holds for a row from its call until its commit (the
+//!    host's own copy of the messages is not counted).
 //!
 //! Prints median [min–max] over FLOE_BENCH_RUNS runs (default 3); each run is a fresh
 //! table. `cargo bench --bench upserts` (FLOE_BENCH_SECTIONS="memory,rewrite,deletes" and
@@ -476,4 +482,109 @@ fn main() {
     if wanted("FLOE_BENCH_SECTIONS", "deletes") {
         delete_files(&rt, runs, smoke);
     }
+    if wanted("FLOE_BENCH_SECTIONS", "in-flight") {
+        in_flight(&rt, runs, smoke);
+    }
+}
+
+/// Section 4 (see the module docs).
+fn in_flight(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
+    let (calls, batch) = if smoke { (4, 50) } else { (64, 1_000) };
+    // Each call upserts its own keys (calls on one key would wait for each other), half
+    // of them in the table already.
+    let files = calls / 2;
+    let json_bytes = row(1, 1).len();
+    println!(
+        "\n## Memory per row in flight: {calls} calls of {batch} keyed rows ({json_bytes} B of JSON each) at once, into a table of {files} files × {batch} rows\n"
+    );
+    println!("| strategy | peak heap per row in flight (B) | peak MiB | wall ms |");
+    println!("|---|---:|---:|---:|");
+    for strategy in [
+        "insert",
+        "merge-on-read",
+        "merge-on-read-positional",
+        "copy-on-write",
+    ] {
+        if !wanted("FLOE_BENCH_STRATEGIES", strategy) {
+            continue;
+        }
+        let (mut per_row, mut mib, mut wall) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let dir = tempfile::tempdir().unwrap();
+            let mode = if strategy == "insert" {
+                "merge-on-read"
+            } else {
+                strategy
+            };
+            let w = rt.block_on(Writer::open(config(dir.path(), mode))).unwrap();
+            filled(rt, &w, files, batch);
+            let op = if strategy == "insert" {
+                "insert"
+            } else {
+                "upsert"
+            };
+            let texts: Vec<Vec<String>> = (0..calls)
+                .map(|c| {
+                    (0..batch)
+                        .map(|i| match i % 2 {
+                            0 => row(c * (batch / 2) + i / 2, 1),
+                            _ => row(1_000_000 + c * batch + i, 1),
+                        })
+                        .collect()
+                })
+                .collect();
+            let messages: Vec<Vec<Message>> = texts
+                .iter()
+                .map(|call| {
+                    call.iter()
+                        .map(|r| Message {
+                            operation: Some(op),
+                            ..Message::insert(r.as_bytes())
+                        })
+                        .collect()
+                })
+                .collect();
+            let (peak, ms) = peak_while(|| {
+                let started = Instant::now();
+                let calls = messages.iter().map(|m| w.write_batch(m));
+                for out in rt.block_on(futures::future::join_all(calls)) {
+                    let out = out.expect("write call");
+                    assert!(out.failures.iter().all(Option::is_none));
+                }
+                started.elapsed().as_secs_f64() * 1e3
+            });
+            let rows = (calls * batch) as f64;
+            per_row.push(peak as f64 / rows);
+            mib.push(peak as f64 / (1 << 20) as f64);
+            wall.push(ms);
+        }
+        println!(
+            "| {strategy} | {} | {} | {} |",
+            summary(&mut per_row, 0),
+            summary(&mut mib, 1),
+            summary(&mut wall, 0)
+        );
+    }
+}
+
+/// The heap's peak above its level before `f`, sampled every millisecond by another
+/// thread (the allocator's own peak counts transient buffers of one moment too; this is
+/// what stays long enough to be seen), and `f`'s result.
+fn peak_while<T>(f: impl FnOnce() -> T) -> (usize, T) {
+    let base = LIVE.load(Ordering::Relaxed);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !stop.load(Ordering::Relaxed) {
+                most = most.max(LIVE.load(Ordering::Relaxed).saturating_sub(base));
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            most
+        })
+    };
+    let out = f();
+    stop.store(true, Ordering::Relaxed);
+    (sampler.join().unwrap(), out)
 }
