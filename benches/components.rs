@@ -238,7 +238,7 @@ impl Bench {
         let files = self
             .rt
             .block_on(write_data_files(
-                &self.shredded,
+                self.shredded.clone(),
                 &self.table.metadata,
                 &self.file_io,
                 &self.settings,

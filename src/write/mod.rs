@@ -242,7 +242,7 @@ fn rolling_parquet(
 /// all of them go through one rolling writer per partition of the table's default spec,
 /// so a commit group of many small batches becomes as few files as the target size allows.
 pub async fn write_data_files(
-    batches: &[RecordBatch],
+    batches: Vec<RecordBatch>,
     metadata: &TableMetadata,
     file_io: &FileIO,
     settings: &FileSettings,
@@ -251,8 +251,10 @@ pub async fn write_data_files(
         return Ok(Vec::new());
     }
     let mut sink = DataFileSink::new(metadata, file_io, settings)?;
+    // Each batch is given up once written: a group's rows are not held as Arrow and as
+    // Parquet at once (unless the caller keeps them).
     for batch in batches {
-        sink.write(batch).await?;
+        sink.write(&batch).await?;
     }
     sink.close().await
 }
@@ -598,7 +600,7 @@ mod tests {
         };
         let settings = file_settings(&config, &table).unwrap();
         let io = FileIO::new_with_memory();
-        let files = write_data_files(&[batch], &table, &io, &settings)
+        let files = write_data_files(vec![batch], &table, &io, &settings)
             .await
             .unwrap();
         assert_eq!(files.len(), 1);

@@ -103,14 +103,10 @@ pub(super) async fn encode_loop(
         let n = batches.len();
         let input_bytes: usize = fresh.iter().map(|p| p.submission.bytes).sum();
         let stage = input_bytes <= STAGE_MAX_INPUT_BYTES;
-        let written = write_group(
-            &batches,
-            deletes.as_ref(),
-            &current,
-            stage,
-            current.strategy,
-        )
-        .await;
+        let mut fresh = fresh;
+        release_rows(&mut fresh);
+        let written =
+            write_group(batches, deletes.as_ref(), &current, stage, current.strategy).await;
         Pace::smooth(&mut pace.locked().encode, t0.elapsed());
         record_written(&options, &ident, &written, t0.elapsed());
         tracing::debug!("encoded {n} batches in {:?}", t0.elapsed());
@@ -142,6 +138,17 @@ pub(super) async fn encode_loop(
                 fail_overtaking(&options, &ident, fresh, &e.context("writing data files"));
             }
         }
+    }
+}
+
+/// Gives up the pendings' rows once the group's rows are taken from them: nothing reads
+/// a pending's batch afterwards (a call that fails shreds its messages again), and the
+/// writer drops each batch as it is written, so a group's rows are not held as Arrow and
+/// as Parquet at once, nor as Arrow while the group waits for its commit.
+fn release_rows(pendings: &mut [Pending]) {
+    for p in pendings {
+        p.submission.batch = RecordBatch::new_empty(p.submission.batch.schema());
+        p.submission.deletes = None;
     }
 }
 
@@ -201,7 +208,7 @@ pub(super) type WrittenGroup = (Vec<DataFile>, Vec<DataFile>, Vec<StagedFile>);
 /// are uploaded with the commit's metadata), else in place. The scratch space lives only
 /// as long as this call, so a failure halfway leaves nothing behind.
 pub(super) async fn write_group(
-    batches: &[RecordBatch],
+    batches: Vec<RecordBatch>,
     deletes: Option<&RecordBatch>,
     view: &TableView,
     stage: bool,

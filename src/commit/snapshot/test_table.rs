@@ -91,7 +91,7 @@ impl MemoryTable {
     pub(super) async fn data_files(&self, rows: &[(i64, &str)]) -> Vec<DataFile> {
         let batch = self.batch(rows);
         let metadata = &self.table.metadata;
-        crate::write::write_data_files(&[batch], metadata, &self.io, &self.settings())
+        crate::write::write_data_files(vec![batch], metadata, &self.io, &self.settings())
             .await
             .unwrap()
     }
