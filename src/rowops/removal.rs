@@ -25,8 +25,9 @@ pub struct Written<'a> {
     /// Every file written, recorded as soon as it exists: the caller deletes them if the
     /// attempt fails (see [`crate::commit::snapshot::prepare_snapshot`]).
     pub all: &'a mut Vec<String>,
-    /// Scratch storage for small files (position deletes, small rewrites), uploaded with the attempt's
-    /// manifests in one round trip instead of one by one while the commit stage waits.
+    /// Scratch storage for small files (position deletes, small rewrites), uploaded with
+    /// the attempt's manifests in one round trip instead of one by one while the commit
+    /// stage waits.
     pub stage_io: &'a FileIO,
     /// The files written to `stage_io`.
     pub staged: &'a mut Vec<String>,
