@@ -30,9 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOE = os.path.join(ROOT, "go-shim", "cmd", "floe", "floe")
 sys.path.insert(0, os.path.join(ROOT, "e2e"))
-from services import Services  # noqa: E402
-
-TICKS = os.sysconf("SC_CLK_TCK")
+from services import Services, cpu_seconds  # noqa: E402
 
 
 def pipeline(s, prefix, rows, tables, batch, in_flight, idle, atomic):
@@ -64,13 +62,6 @@ output:
     batching:
       count: {batch}
 """
-
-
-def cpu_seconds(pid):
-    """User + system CPU seconds of a live process (and its waited-for children)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:15]) / TICKS
 
 
 def tcp_connections(pid):

@@ -42,10 +42,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOE = os.path.join(ROOT, "go-shim", "cmd", "floe", "floe")
 sys.path.insert(0, os.path.join(ROOT, "e2e"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
-from services import Services, free_ports  # noqa: E402
+from services import Services, cpu_seconds, free_ports  # noqa: E402
 from read_table import duckdb_connect, s3_list  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 NAMESPACE = "scale"
 # Histogram buckets (seconds) fine enough for p50/p99 of commits from 5 ms to 2 min.
 BUCKETS = [round(0.005 * 1.25 ** i, 4) for i in range(46)]
@@ -88,12 +87,6 @@ output:
         offset: '${{! json("n") }}'
     max_in_flight: {args.in_flight}
 """
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:15]) / TICKS
 
 
 # -- the catalog's own commit rate --------------------------------------------------------

@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOE = os.path.join(ROOT, "go-shim", "cmd", "floe", "floe")
 sys.path.insert(0, os.path.join(ROOT, "e2e"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
-from services import Services  # noqa: E402
+from services import Services, cpu_seconds  # noqa: E402
 from read_table import duckdb_connect  # noqa: E402
 
 
@@ -106,13 +106,6 @@ def run(s, catalog, table, args, in_flight, strategy):
             "removed": removed, "delete_files": deletes, "rows_left": n,
             "cpu_us": [per_row(usage.ru_utime + usage.ru_stime)]
             + [per_row(cpu) for cpu in services_cpu.values()]}
-
-
-def cpu_seconds(pid):
-    """User + system CPU seconds of a live process."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
 
 def main():
