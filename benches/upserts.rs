@@ -145,6 +145,37 @@ fn call(rt: &tokio::runtime::Runtime, w: &Writer, operation: &str, rows: &[Strin
     out.rows_committed
 }
 
+/// The strategies FLOE_BENCH_STRATEGIES names (all when unset); `insert` is plain
+/// inserts into a keyed table.
+fn strategies() -> impl Iterator<Item = &'static str> {
+    [
+        "insert",
+        "merge-on-read",
+        "merge-on-read-positional",
+        "copy-on-write",
+    ]
+    .into_iter()
+    .filter(|s| wanted("FLOE_BENCH_STRATEGIES", s))
+}
+
+/// A writer for `strategy` (inserts: a merge-on-read table) on a table of [`filled`].
+fn filled_writer(
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    strategy: &str,
+    files: u64,
+    per_file: u64,
+) -> Writer {
+    let mode = if strategy == "insert" {
+        "merge-on-read"
+    } else {
+        strategy
+    };
+    let w = rt.block_on(Writer::open(config(dir, mode))).unwrap();
+    filled(rt, &w, files, per_file);
+    w
+}
+
 /// A table of `files` data files of `per_file` rows each (keys 0.. in order).
 fn filled(rt: &tokio::runtime::Runtime, w: &Writer, files: u64, per_file: u64) {
     for f in 0..files {
@@ -210,25 +241,11 @@ fn memory(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
             (0..per_file_share).map(move |i| f * per_file + i * (per_file / per_file_share))
         })
         .collect();
-    for strategy in [
-        "insert",
-        "merge-on-read",
-        "merge-on-read-positional",
-        "copy-on-write",
-    ] {
-        if !wanted("FLOE_BENCH_STRATEGIES", strategy) {
-            continue;
-        }
+    for strategy in strategies() {
         let (mut peak, mut alloc) = (Vec::new(), Vec::new());
         for _ in 0..runs {
             let dir = tempfile::tempdir().unwrap();
-            let mode = if strategy == "insert" {
-                "merge-on-read"
-            } else {
-                strategy
-            };
-            let w = rt.block_on(Writer::open(config(dir.path(), mode))).unwrap();
-            filled(rt, &w, files, per_file);
+            let w = filled_writer(rt, dir.path(), strategy, files, per_file);
             if strategy != "insert" {
                 // A streaming writer's steady state: its first upsert commit has read the
                 // table's manifests already.
@@ -499,25 +516,11 @@ fn in_flight(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
     );
     println!("| strategy | peak heap per row in flight (B) | peak MiB | wall ms |");
     println!("|---|---:|---:|---:|");
-    for strategy in [
-        "insert",
-        "merge-on-read",
-        "merge-on-read-positional",
-        "copy-on-write",
-    ] {
-        if !wanted("FLOE_BENCH_STRATEGIES", strategy) {
-            continue;
-        }
+    for strategy in strategies() {
         let (mut per_row, mut mib, mut wall) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..runs {
             let dir = tempfile::tempdir().unwrap();
-            let mode = if strategy == "insert" {
-                "merge-on-read"
-            } else {
-                strategy
-            };
-            let w = rt.block_on(Writer::open(config(dir.path(), mode))).unwrap();
-            filled(rt, &w, files, batch);
+            let w = filled_writer(rt, dir.path(), strategy, files, batch);
             let op = if strategy == "insert" {
                 "insert"
             } else {

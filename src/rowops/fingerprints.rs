@@ -8,7 +8,7 @@ use arrow_array::types::{
     TimestampNanosecondType,
 };
 use arrow_array::{Array, ArrayRef, RecordBatch};
-use arrow_row::{Row, RowConverter};
+use arrow_row::{Row, RowConverter, Rows};
 use arrow_schema::{DataType, TimeUnit};
 
 use super::keys::KeyColumns;
@@ -56,28 +56,37 @@ pub fn of_batch(
     {
         return Ok(values);
     }
-    let rows = keys.rows(converter, batch)?;
-    let columns = batch.columns();
-    Ok(rows
-        .iter()
-        .enumerate()
-        .map(|(i, row)| (!columns.iter().any(|c| c.is_null(i))).then(|| hash(row)))
-        .collect())
+    Ok(hashed(batch, &keys.rows(converter, batch)?))
 }
 
-/// The touched keys' fingerprints, ascending, without repeats.
-pub fn of_touched(
-    keys: &KeyColumns,
-    converter: &RowConverter,
-    touched: &RecordBatch,
-) -> Result<Vec<u64>> {
-    let mut fingerprints: Vec<u64> = of_batch(keys, converter, touched)?
+/// [`of_batch`] where the keys are encoded already (`rows`, of `batch`).
+pub fn of_encoded(keys: &KeyColumns, batch: &RecordBatch, rows: &Rows) -> Vec<Option<u64>> {
+    if is_exact(keys)
+        && let Some(values) = values_of(batch.column(0))
+    {
+        return values;
+    }
+    hashed(batch, rows)
+}
+
+/// The hash of each encoded key of `batch`, `None` where a key column is null.
+fn hashed(batch: &RecordBatch, rows: &Rows) -> Vec<Option<u64>> {
+    let columns = batch.columns();
+    rows.iter()
+        .enumerate()
+        .map(|(i, row)| (!columns.iter().any(|c| c.is_null(i))).then(|| hash(row)))
+        .collect()
+}
+
+/// The touched keys' fingerprints, ascending, without repeats (`rows`: the keys encoded).
+pub fn of_touched(keys: &KeyColumns, touched: &RecordBatch, rows: &Rows) -> Vec<u64> {
+    let mut fingerprints: Vec<u64> = of_encoded(keys, touched, rows)
         .into_iter()
         .flatten()
         .collect();
     fingerprints.sort_unstable();
     fingerprints.dedup();
-    Ok(fingerprints)
+    fingerprints
 }
 
 /// An integer-like column's values as fingerprints (their two's-complement bits).
@@ -147,7 +156,7 @@ mod tests {
         let got = of_batch(&k, &converter, &batch).unwrap();
         assert_eq!(got, vec![Some(u64::MAX), None, Some(7)]);
         assert_eq!(
-            of_touched(&k, &converter, &batch).unwrap(),
+            of_touched(&k, &batch, &k.rows(&converter, &batch).unwrap()),
             vec![7, u64::MAX]
         );
     }

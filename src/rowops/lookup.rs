@@ -6,10 +6,10 @@
 //! each remaining file is then read by its key columns only, streamed a batch at a time.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow_array::{Array, ArrayRef, RecordBatch};
-use arrow_row::{Row, RowConverter};
+use arrow_row::{Row, RowConverter, Rows};
 use arrow_schema::DataType;
 use futures::TryStreamExt;
 use iceberg::arrow::ArrowFileReader;
@@ -32,7 +32,10 @@ use crate::table::manifest_cache::ManifestCache;
 pub struct KeyProbe<'a> {
     pub keys: &'a KeyColumns,
     pub converter: &'a RowConverter,
-    pub touched: &'a HashSet<Row<'a>>,
+    /// The touched keys, encoded.
+    pub touched: &'a Rows,
+    /// The same as a set, made when a file is first read (exact indexes read none).
+    pub touched_set: OnceLock<HashSet<Row<'a>>>,
     /// The touched keys' fingerprints, ascending (see [`fingerprints`]).
     pub fingerprints: &'a [u64],
     pub ranges: &'a KeyRanges,
@@ -133,27 +136,21 @@ pub fn index_written(keys: &KeyColumns, bytes: bytes::Bytes) -> Result<Option<Ke
     for batch in builder.with_projection(mask).build().map_err(unreadable)? {
         let batch = batch.map_err(|e| Error::internal(format!("{e}")))?;
         let projected = conform(&batch, &keys.arrow)?;
-        add_fingerprints(keys, &converter, &projected, offset, &mut pairs)?;
+        let found = fingerprints::of_batch(keys, &converter, &projected)?;
+        add_fingerprints(found, offset, &mut pairs);
         offset += batch.num_rows() as u64;
     }
     Ok(KeyIndex::new(fingerprints::is_exact(keys), pairs))
 }
 
-/// Adds each non-null key's fingerprint in `batch` with its position (`offset` + row).
-fn add_fingerprints(
-    keys: &KeyColumns,
-    converter: &RowConverter,
-    batch: &RecordBatch,
-    offset: u64,
-    pairs: &mut Vec<(u64, u64)>,
-) -> Result<()> {
-    let found = fingerprints::of_batch(keys, converter, batch)?;
+/// Adds each found fingerprint with its position (`offset` + row); `None` (a null key)
+/// is left out.
+fn add_fingerprints(found: Vec<Option<u64>>, offset: u64, pairs: &mut Vec<(u64, u64)>) {
     for (i, fingerprint) in found.into_iter().enumerate() {
         if let Some(f) = fingerprint {
             pairs.push((f, offset + i as u64));
         }
     }
-    Ok(())
 }
 
 /// The projection of a data file's Parquet schema onto the key columns, by field id;
@@ -247,13 +244,17 @@ async fn touched_positions(
     while let Some(batch) = stream.try_next().await.map_err(|e| unreadable(path, e))? {
         let projected = conform(&batch, &keys.arrow)?;
         let rows = keys.rows(probe.converter, &projected)?;
+        let touched = probe
+            .touched_set
+            .get_or_init(|| probe.touched.iter().collect());
         for (i, row) in rows.iter().enumerate() {
-            if probe.touched.contains(&row) {
+            if touched.contains(&row) {
                 positions.push(offset + i as u64);
             }
         }
         if let Some(index) = index.as_mut() {
-            add_fingerprints(keys, probe.converter, &projected, offset, index)?;
+            let found = fingerprints::of_encoded(keys, &projected, &rows);
+            add_fingerprints(found, offset, index);
         }
         offset += batch.num_rows() as u64;
     }

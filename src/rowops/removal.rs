@@ -7,9 +7,8 @@
 //! with these keys, or rewritten or removed these files) makes the next attempt plan
 //! again from the new head: a row is never lost or resurrected.
 
-use std::collections::HashSet;
+use std::sync::OnceLock;
 
-use arrow_row::Row;
 use iceberg::io::FileIO;
 use iceberg::spec::{ManifestFile, TableMetadata};
 use uuid::Uuid;
@@ -51,13 +50,13 @@ pub async fn remove_touched_rows(
     let keys = &remove.keys;
     let converter = keys.converter()?;
     let touched_rows = keys.rows(&converter, &remove.touched)?;
-    let touched: HashSet<Row<'_>> = touched_rows.iter().collect();
     let ranges = KeyRanges::of(keys, &remove.touched);
-    let fingerprints = fingerprints::of_touched(keys, &converter, &remove.touched)?;
+    let fingerprints = fingerprints::of_touched(keys, &remove.touched, &touched_rows);
     let probe = KeyProbe {
         keys,
         converter: &converter,
-        touched: &touched,
+        touched: &touched_rows,
+        touched_set: OnceLock::new(),
         fingerprints: &fingerprints,
         ranges: &ranges,
     };
@@ -93,7 +92,7 @@ pub async fn remove_touched_rows(
     };
     tracing::debug!(
         "removing {} keys: lookup {looked:?} ({hit_files} files hold them), removal {:?}",
-        touched.len(),
+        touched_rows.num_rows(),
         started.elapsed() - looked
     );
     removed

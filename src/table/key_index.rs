@@ -9,12 +9,13 @@
 //! rows to remove, with no read at all); otherwise it is a hash, and a file whose hashes
 //! match a touched key's is read to confirm which rows hold it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use arrow_schema::DataType;
 use iceberg::spec::DataFile;
 
+use super::by_path::ByPath;
 use crate::sync::LockExt;
 
 /// Estimated bytes of key indexes kept at most per table (12 per row when exact, 8 when
@@ -136,28 +137,14 @@ fn each_match(wanted: &[u64], sorted: &[u64], mut f: impl FnMut(usize) -> bool) 
 
 /// The key indexes of a table's live data files, for one key signature (a new one
 /// forgets them all), within [`MAX_KEY_INDEX_BYTES`].
-#[derive(Default)]
 pub struct KeyIndexes {
-    inner: Mutex<Indexes>,
+    inner: Mutex<(Option<KeySignature>, ByPath<FileShape, KeyIndex>)>,
 }
 
-#[derive(Default)]
-struct Indexes {
-    signature: Option<KeySignature>,
-    /// By path: the file's size and row count (a guard against a path reused for other
-    /// contents) and its index.
-    files: HashMap<String, (FileShape, Arc<KeyIndex>)>,
-    bytes: usize,
-}
-
-impl Indexes {
-    fn insert(&mut self, file: &DataFile, index: KeyIndex) {
-        let path = file.file_path();
-        let size = index.bytes(path);
-        if self.bytes + size <= MAX_KEY_INDEX_BYTES && !self.files.contains_key(path) {
-            self.bytes += size;
-            self.files
-                .insert(path.to_string(), (shape(file), Arc::new(index)));
+impl Default for KeyIndexes {
+    fn default() -> Self {
+        KeyIndexes {
+            inner: Mutex::new((None, ByPath::new(MAX_KEY_INDEX_BYTES))),
         }
     }
 }
@@ -173,31 +160,29 @@ impl KeyIndexes {
     /// `file`'s index, if known for this key signature.
     pub fn get(&self, signature: &KeySignature, file: &DataFile) -> Option<Arc<KeyIndex>> {
         let inner = self.inner.locked();
-        if inner.signature.as_ref() != Some(signature) {
+        if inner.0.as_ref() != Some(signature) {
             return None;
         }
-        let (known, index) = inner.files.get(file.file_path())?;
-        (*known == shape(file)).then(|| index.clone())
+        inner.1.get(file.file_path(), &shape(file))
     }
 
     /// Whether an index of `file` would fit the budget (else none is built).
     pub fn fits(&self, file: &DataFile) -> bool {
         let rows = file.record_count() as usize;
-        let size = 64 + file.file_path().len() + 12 * rows;
-        self.inner.locked().bytes + size <= MAX_KEY_INDEX_BYTES
+        self.inner
+            .locked()
+            .1
+            .fits(64 + file.file_path().len() + 12 * rows)
     }
 
     /// Keeps `index` of `file`, if it fits; a lookup's signature replaces another one
     /// (the key changed), forgetting every file's index.
     pub fn remember(&self, signature: &KeySignature, file: &DataFile, index: KeyIndex) {
         let mut inner = self.inner.locked();
-        if inner.signature.as_ref() != Some(signature) {
-            *inner = Indexes {
-                signature: Some(signature.clone()),
-                ..Indexes::default()
-            };
+        if inner.0.as_ref() != Some(signature) {
+            *inner = (Some(signature.clone()), ByPath::new(MAX_KEY_INDEX_BYTES));
         }
-        inner.insert(file, index);
+        insert(&mut inner.1, file, index);
     }
 
     /// Keeps `index` of a file this writer wrote, if it fits and its signature is the
@@ -205,28 +190,25 @@ impl KeyIndexes {
     /// indexes lookups built since).
     pub fn offer(&self, signature: &KeySignature, file: &DataFile, index: KeyIndex) {
         let mut inner = self.inner.locked();
-        match &inner.signature {
+        match &inner.0 {
             Some(current) if current != signature => {}
             _ => {
-                inner.signature = Some(signature.clone());
-                inner.insert(file, index);
+                inner.0 = Some(signature.clone());
+                insert(&mut inner.1, file, index);
             }
         }
     }
 
     /// Forgets the indexes of data files not in `live`.
     pub fn keep(&self, live: &HashSet<String>) {
-        let mut inner = self.inner.locked();
-        let mut freed = 0;
-        inner.files.retain(|path, (_, index)| {
-            let keep = live.contains(path);
-            if !keep {
-                freed += index.bytes(path);
-            }
-            keep
-        });
-        inner.bytes -= freed;
+        self.inner.locked().1.keep(live);
     }
+}
+
+fn insert(kept: &mut ByPath<FileShape, KeyIndex>, file: &DataFile, index: KeyIndex) {
+    let path = file.file_path();
+    let size = index.bytes(path);
+    kept.insert(path, shape(file), Arc::new(index), size);
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! them (its own Avro encoder), the per-table cache of manifests and key indexes, and
 //! manifest merging and rewriting.
 
+pub mod by_path;
 pub mod key_index;
 pub mod lineage;
 pub mod manifest_cache;

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use iceberg::spec::DataFile;
 
+use super::by_path::ByPath;
 use crate::sync::LockExt;
 
 /// Estimated bytes of positions kept at most per table (8 per position: 8M positions).
@@ -17,17 +18,17 @@ const MAX_POSITION_BYTES: usize = 64 << 20;
 /// Positions removed by one delete file: by data file path, ascending.
 pub type RemovedPositions = HashMap<String, Vec<u64>>;
 
-#[derive(Default)]
 pub struct PositionDeletes {
-    inner: Mutex<Known>,
+    /// By delete file path, guarded by its size.
+    inner: Mutex<ByPath<u64, RemovedPositions>>,
 }
 
-#[derive(Default)]
-struct Known {
-    /// By delete file path: its size (a guard against a path reused for other contents)
-    /// and the positions it removes.
-    files: HashMap<String, (u64, Arc<RemovedPositions>)>,
-    bytes: usize,
+impl Default for PositionDeletes {
+    fn default() -> Self {
+        PositionDeletes {
+            inner: Mutex::new(ByPath::new(MAX_POSITION_BYTES)),
+        }
+    }
 }
 
 fn size_of(path: &str, removed: &RemovedPositions) -> usize {
@@ -41,9 +42,8 @@ fn size_of(path: &str, removed: &RemovedPositions) -> usize {
 impl PositionDeletes {
     /// What delete file `file` removes, if known.
     pub fn get(&self, file: &DataFile) -> Option<Arc<RemovedPositions>> {
-        let inner = self.inner.locked();
-        let (size, removed) = inner.files.get(file.file_path())?;
-        (*size == file.file_size_in_bytes()).then(|| removed.clone())
+        let size = file.file_size_in_bytes();
+        self.inner.locked().get(file.file_path(), &size)
     }
 
     /// Keeps what delete file `file` removes (positions sorted), if it fits; returns it
@@ -59,26 +59,15 @@ impl PositionDeletes {
         let removed = Arc::new(removed);
         let path = file.file_path();
         let size = size_of(path, &removed);
-        let mut inner = self.inner.locked();
-        if inner.bytes + size <= MAX_POSITION_BYTES && !inner.files.contains_key(path) {
-            inner.bytes += size;
-            let known = (file.file_size_in_bytes(), removed.clone());
-            inner.files.insert(path.to_string(), known);
-        }
+        let guard = file.file_size_in_bytes();
+        self.inner
+            .locked()
+            .insert(path, guard, removed.clone(), size);
         removed
     }
 
     /// Forgets the delete files not in `live`.
     pub fn keep(&self, live: &HashSet<String>) {
-        let mut inner = self.inner.locked();
-        let mut freed = 0;
-        inner.files.retain(|path, (_, removed)| {
-            let keep = live.contains(path);
-            if !keep {
-                freed += size_of(path, removed);
-            }
-            keep
-        });
-        inner.bytes -= freed;
+        self.inner.locked().keep(live);
     }
 }

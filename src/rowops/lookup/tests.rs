@@ -145,7 +145,8 @@ fn an_index_of_written_bytes_finds_the_rows_the_read_path_finds() {
             let touched = batch(&keys.arrow, &mut draws, touched_rows, false);
             let want = positions_by_rows(&keys, &file, &touched);
             let index = index_written(&keys, parquet_bytes(&file)).unwrap().unwrap();
-            let fingerprints = fingerprints::of_touched(&keys, &converter, &touched).unwrap();
+            let encoded = keys.rows(&converter, &touched).unwrap();
+            let fingerprints = fingerprints::of_touched(&keys, &touched, &encoded);
             let case = format!("{types:?} as {written_as:?}, seed {seed}");
             assert_eq!(index.exact(), fingerprints::is_exact(&keys), "{case}");
             if index.exact() {
