@@ -17,7 +17,7 @@ import pytest
 from crash_trials import FLOE, Host
 from kafka_broker import KafkaBroker
 from keyed_streams import (STRATEGIES, check_table, committed_offsets, committed_state,
-                           differences, file_input, host_config, keyed_output, keyed_stream,
+                           differences, host_config, keyed_output, keyed_stream,
                            model, run_seed, stream_shape, write_lines)
 from keyed_streams import java  # noqa: F401  (a fixture: pytest finds it in this module)
 
@@ -28,10 +28,15 @@ KEYS = 300
 # Each host is killed once the table committed a random 1-4 batches past where the last
 # host left it, and a random moment up to KILL_WITHIN seconds later: a commit lands every
 # tens of milliseconds and the next group is encoded while one commits, so kills meet
-# calls in every phase (shredding, uploading, committing, acknowledging). At ~3,000
-# operations a second the five kills stay within the first ~3,000 of 4,000 operations.
+# calls in every phase (shredding, uploading, committing, acknowledging).
 KILL_ADVANCE = (1, 4)
 KILL_WITHIN = 0.1
+# The file is read at most FILE_RATE operations a second, in bursts of four batches (so
+# four calls are still in flight together). Unthrottled, a fast machine committed the
+# whole stream before the fifth kill: each kill lands only after the table has been
+# polled, and a poll takes a catalog load. At this rate the five kills stay within the
+# first ~2,500 of 4,000 operations whatever the machine.
+FILE_RATE = 2000
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +62,32 @@ def kafka_reader(bootstrap, topic, group):
           rebalance_timeout: 1s
           batching:
             count: {BATCH}
+        """)
+
+
+def throttled_file_input(path):
+    """file_input at most FILE_RATE operations a second, throttled inside the input
+    (before its batching), so message order is kept: a rate_limit in the pipeline would
+    run on several threads."""
+    burst = 4 * BATCH
+    return textwrap.dedent(f"""\
+        broker:
+          inputs:
+            - file:
+                paths: [ {path} ]
+                scanner:
+                  lines: {{}}
+              processors:
+                - rate_limit:
+                    resource: file_rate
+          batching:
+            count: {BATCH}
+        """), textwrap.dedent(f"""\
+        rate_limit_resources:
+          - label: file_rate
+            local:
+              count: {burst}
+              interval: {1000 * burst // FILE_RATE}ms
         """)
 
 
@@ -113,7 +144,8 @@ def test_exactly_once_upserts_from_a_file_through_five_kills(tmp_path, services,
     write_lines(path, ops)
     table = f"eo_file_{strategy.replace('-', '_')}_{seed}"
     writer_id = f"file-{table}"
-    config = host_config(file_input(path, BATCH), keyed_output(
+    reader, rate_limit = throttled_file_input(path)
+    config = rate_limit + host_config(reader, keyed_output(
         services, table, strategy, (writer_id, "stream/partition-0", '${! json("n") }')))
 
     def start(name):
