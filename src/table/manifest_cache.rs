@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataFile, FormatVersion, Manifest, ManifestContentType, ManifestFile, PartitionSpec,
-    TableMetadata,
+    DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
+    ManifestMetadata, PartitionSpec, TableMetadata,
 };
 
 use super::key_index::KeyIndexes;
@@ -37,7 +37,7 @@ pub struct ManifestCache {
     cached: Mutex<Cached>,
     keys: KeyIndexes,
     position_deletes: PositionDeletes,
-    written: Mutex<HashMap<String, Arc<Vec<WrittenEntry>>>>,
+    written: Mutex<HashMap<String, Arc<WrittenManifest>>>,
     read: Mutex<ReadEntries>,
     headers: ManifestHeaders,
 }
@@ -81,6 +81,31 @@ const MAX_WRITTEN_ENTRIES: usize = 200;
 /// and attempts that never land (a catalog outage) must not pile up until one does.
 const MAX_WRITTEN_MANIFESTS: usize = 1_000;
 
+/// A manifest this writer wrote: its entries as written (sequence numbers of ADDED
+/// entries left to inherit) and the metadata its Avro header holds.
+pub struct WrittenManifest {
+    pub entries: Vec<WrittenEntry>,
+    pub metadata: ManifestMetadata,
+}
+
+impl WrittenManifest {
+    /// The manifest as a reader loads it through `listed` (its manifest list entry):
+    /// the same inheritance iceberg-rust applies after reading the Avro file.
+    pub(crate) fn as_loaded(&self, listed: &ManifestFile) -> Manifest {
+        let entries = self.entries.iter().map(|e| {
+            let e = e.inherited(listed);
+            ManifestEntry {
+                status: e.status,
+                snapshot_id: e.snapshot_id,
+                sequence_number: e.sequence_number,
+                file_sequence_number: e.file_sequence_number,
+                data_file: e.data_file,
+            }
+        });
+        Manifest::new(self.metadata.clone(), entries.collect())
+    }
+}
+
 #[derive(Default)]
 struct Cached {
     manifests: HashMap<String, (Arc<Manifest>, usize)>,
@@ -104,7 +129,10 @@ impl ManifestCache {
         &self.headers
     }
 
-    /// `manifest`'s entries, read from storage the first time only.
+    /// `manifest`'s entries, read from storage the first time only, and not at all
+    /// when this writer wrote it and remembers what (each commit's lookup loads the
+    /// manifests the commit before it wrote: reading them back was a round trip to the
+    /// store inside the serial commit stage).
     pub async fn load(
         &self,
         file_io: &FileIO,
@@ -113,7 +141,10 @@ impl ManifestCache {
         if let Some((m, _)) = self.cached.locked().manifests.get(&manifest.manifest_path) {
             return Ok(m.clone());
         }
-        let loaded = Arc::new(manifest.load_manifest(file_io).await?);
+        let loaded = match self.written(&manifest.manifest_path) {
+            Some(written) => Arc::new(written.as_loaded(manifest)),
+            None => Arc::new(manifest.load_manifest(file_io).await?),
+        };
         let size = estimated_size(&loaded);
         let mut cached = self.cached.locked();
         if cached.bytes + size <= MAX_CACHED_BYTES
@@ -135,18 +166,18 @@ impl ManifestCache {
     /// v2 tables only: v1 manifests do not store sequence numbers as written here, and
     /// v3 ones, merged less often (data manifests carry first row ids when they are),
     /// are read back.
-    pub fn remember_written(&self, version: FormatVersion, path: &str, entries: Vec<WrittenEntry>) {
+    pub fn remember_written(&self, path: &str, manifest: WrittenManifest) {
         let mut written = self.written.locked();
-        if version == FormatVersion::V2
-            && entries.len() <= MAX_WRITTEN_ENTRIES
+        if manifest.metadata.format_version == FormatVersion::V2
+            && manifest.entries.len() <= MAX_WRITTEN_ENTRIES
             && written.len() < MAX_WRITTEN_MANIFESTS
         {
-            written.insert(path.to_string(), Arc::new(entries));
+            written.insert(path.to_string(), Arc::new(manifest));
         }
     }
 
-    /// The entries this writer wrote at `path`, if remembered.
-    pub fn written(&self, path: &str) -> Option<Arc<Vec<WrittenEntry>>> {
+    /// The manifest this writer wrote at `path`, if remembered.
+    pub fn written(&self, path: &str) -> Option<Arc<WrittenManifest>> {
         self.written.locked().get(path).cloned()
     }
 
@@ -255,7 +286,19 @@ pub(crate) async fn write_manifest(
     let io = (file_io, cache.headers());
     let manifest =
         write_entries(metadata, io, path, snapshot_id, (content, spec), &entries).await?;
-    cache.remember_written(metadata.format_version(), path, entries);
+    let schema = metadata.current_schema().clone();
+    let header = ManifestMetadata {
+        schema_id: schema.schema_id(),
+        schema,
+        partition_spec: spec.clone(),
+        format_version: metadata.format_version(),
+        content,
+    };
+    let written = WrittenManifest {
+        entries,
+        metadata: header,
+    };
+    cache.remember_written(path, written);
     Ok(manifest)
 }
 
@@ -398,14 +441,30 @@ mod tests {
         assert!(cache.read_entries(&last).is_some());
     }
 
+    /// `entries` as a v2 data manifest of the fixture table wrote them.
+    fn written(entries: Vec<WrittenEntry>) -> WrittenManifest {
+        let table = crate::fixture::table("{}", 2, "", "");
+        let schema = table.current_schema().clone();
+        WrittenManifest {
+            entries,
+            metadata: ManifestMetadata {
+                schema_id: schema.schema_id(),
+                schema,
+                partition_spec: table.default_partition_spec().as_ref().clone(),
+                format_version: FormatVersion::V2,
+                content: ManifestContentType::Data,
+            },
+        }
+    }
+
     #[test]
     fn written_entries_are_kept_while_the_head_lists_them() {
         let cache = ManifestCache::default();
         let one = || vec![entry(ManifestStatus::Added, (Some(1), None, None))];
-        cache.remember_written(FormatVersion::V2, "a.avro", one());
-        cache.remember_written(FormatVersion::V2, "b.avro", one());
+        cache.remember_written("a.avro", written(one()));
+        cache.remember_written("b.avro", written(one()));
         let big = (0..=MAX_WRITTEN_ENTRIES).flat_map(|_| one()).collect();
-        cache.remember_written(FormatVersion::V2, "big.avro", big);
+        cache.remember_written("big.avro", written(big));
         assert!(cache.written("big.avro").is_none(), "too large to keep");
         let head = [ManifestFile {
             manifest_path: "b.avro".into(),
@@ -413,6 +472,6 @@ mod tests {
         }];
         cache.keep_written(&head);
         assert!(cache.written("a.avro").is_none());
-        assert_eq!(cache.written("b.avro").unwrap().len(), 1);
+        assert_eq!(cache.written("b.avro").unwrap().entries.len(), 1);
     }
 }

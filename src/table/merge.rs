@@ -397,7 +397,11 @@ async fn entries_of(
     source: &ManifestFile,
 ) -> Result<Vec<WrittenEntry>> {
     if let Some(written) = cache.written(&source.manifest_path) {
-        return Ok(written.iter().map(|e| e.inherited(source)).collect());
+        return Ok(written
+            .entries
+            .iter()
+            .map(|e| e.inherited(source))
+            .collect());
     }
     if let Some(read) = cache.read_entries(source) {
         return Ok(read.as_ref().clone());
