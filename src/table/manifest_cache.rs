@@ -19,12 +19,13 @@ use std::sync::{Arc, Mutex};
 
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
-    ManifestMetadata, PartitionSpec, TableMetadata,
+    DataFile, Datum, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
+    ManifestMetadata, ManifestStatus, PartitionSpec, PrimitiveLiteral, PrimitiveType,
+    TableMetadata,
 };
 
 use super::key_index::KeyIndexes;
-use super::manifest_writer::{ManifestHeaders, WrittenEntry, write_entries};
+use super::manifest_writer::{ManifestHeaders, WrittenEntry, as_datum, write_entries};
 use super::position_deletes::PositionDeletes;
 use crate::error::Result;
 use crate::sync::LockExt;
@@ -86,6 +87,60 @@ const MAX_WRITTEN_MANIFESTS: usize = 1_000;
 pub struct WrittenManifest {
     pub entries: Vec<WrittenEntry>,
     pub metadata: ManifestMetadata,
+    /// Whether storage gives the entries back exactly as remembered (see
+    /// [`loads_as_written`]); otherwise a load reads the file.
+    pub loads_as_written: bool,
+}
+
+impl WrittenManifest {
+    pub fn new(entries: Vec<WrittenEntry>, metadata: ManifestMetadata) -> Self {
+        let loads_as_written = loads_as_written(&entries, &metadata);
+        WrittenManifest {
+            entries,
+            metadata,
+            loads_as_written,
+        }
+    }
+}
+
+/// Whether reading the manifest back gives `entries` as they are: every partition value
+/// and column bound already of its field's type (values from before a column was
+/// widened, int to long or float to double, are written as the wider type and read back
+/// so, and readers compare partitions by value and kind), and no ADDED entry with a
+/// sequence number of its own (iceberg-rust's writer leaves those to inheritance).
+fn loads_as_written(entries: &[WrittenEntry], metadata: &ManifestMetadata) -> bool {
+    let schema = &metadata.schema;
+    let Ok(partition_type) = metadata.partition_spec.partition_type(schema) else {
+        return false;
+    };
+    let types: Vec<Option<&PrimitiveType>> = partition_type
+        .fields()
+        .iter()
+        .map(|f| f.field_type.as_primitive_type())
+        .collect();
+    let same_kind = |ty: Option<&PrimitiveType>, literal: &PrimitiveLiteral| {
+        ty.and_then(|ty| as_datum(ty, literal.clone()))
+            .is_some_and(|datum| datum.literal() == literal)
+    };
+    let bound_as_typed = |(id, datum): (&i32, &Datum)| {
+        let ty = schema.field_by_id(*id);
+        ty.and_then(|f| f.field_type.as_primitive_type()) == Some(datum.data_type())
+    };
+    entries.iter().all(|e| {
+        let file = &e.data_file;
+        let values = file.partition();
+        let own_sequence = e.sequence_number.is_some() || e.file_sequence_number.is_some();
+        !(e.status == ManifestStatus::Added && own_sequence)
+            && values.fields().len() == types.len()
+            && values.iter().zip(&types).all(|(value, ty)| match value {
+                None => true,
+                Some(value) => value
+                    .as_primitive_literal()
+                    .is_some_and(|literal| same_kind(*ty, &literal)),
+            })
+            && file.lower_bounds().iter().all(bound_as_typed)
+            && file.upper_bounds().iter().all(bound_as_typed)
+    })
 }
 
 impl WrittenManifest {
@@ -142,8 +197,8 @@ impl ManifestCache {
             return Ok(m.clone());
         }
         let loaded = match self.written(&manifest.manifest_path) {
-            Some(written) => Arc::new(written.as_loaded(manifest)),
-            None => Arc::new(manifest.load_manifest(file_io).await?),
+            Some(written) if written.loads_as_written => Arc::new(written.as_loaded(manifest)),
+            _ => Arc::new(manifest.load_manifest(file_io).await?),
         };
         let size = estimated_size(&loaded);
         let mut cached = self.cached.locked();
@@ -294,18 +349,13 @@ pub(crate) async fn write_manifest(
         format_version: metadata.format_version(),
         content,
     };
-    let written = WrittenManifest {
-        entries,
-        metadata: header,
-    };
-    cache.remember_written(path, written);
+    cache.remember_written(path, WrittenManifest::new(entries, header));
     Ok(manifest)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iceberg::spec::ManifestStatus;
     use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat};
 
     fn listed(sequence_number: i64, added_snapshot_id: i64) -> ManifestFile {
@@ -445,16 +495,14 @@ mod tests {
     fn written(entries: Vec<WrittenEntry>) -> WrittenManifest {
         let table = crate::fixture::table("{}", 2, "", "");
         let schema = table.current_schema().clone();
-        WrittenManifest {
-            entries,
-            metadata: ManifestMetadata {
-                schema_id: schema.schema_id(),
-                schema,
-                partition_spec: table.default_partition_spec().as_ref().clone(),
-                format_version: FormatVersion::V2,
-                content: ManifestContentType::Data,
-            },
-        }
+        let metadata = ManifestMetadata {
+            schema_id: schema.schema_id(),
+            schema,
+            partition_spec: table.default_partition_spec().as_ref().clone(),
+            format_version: FormatVersion::V2,
+            content: ManifestContentType::Data,
+        };
+        WrittenManifest::new(entries, metadata)
     }
 
     #[test]

@@ -170,7 +170,7 @@ pub(super) fn partition_mismatch(file: &DataFile) -> Error {
 /// double: floe's schema evolution does both) become the wider type, which the partition
 /// type now is: iceberg-rust's writer refuses them, so a merge of manifests from before
 /// the widening would fail on every commit.
-pub(super) fn as_datum(ty: &PrimitiveType, literal: PrimitiveLiteral) -> Option<Datum> {
+pub(crate) fn as_datum(ty: &PrimitiveType, literal: PrimitiveLiteral) -> Option<Datum> {
     use PrimitiveType as T;
     Some(match (ty, literal) {
         (T::Boolean, PrimitiveLiteral::Boolean(b)) => Datum::bool(b),

@@ -32,6 +32,7 @@ mod encode;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use encode::as_datum;
 use encode::*;
 
 /// One entry of a manifest this writer wrote, as written: before the snapshot id and

@@ -1,4 +1,5 @@
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Literal, Manifest, Struct};
 
@@ -255,52 +256,92 @@ async fn delete_manifests_read_back_as_iceberg_rusts_do() {
     same_as_iceberg(&metadata, ManifestContentType::Deletes, 0, &entries).await;
 }
 
-/// The manifests this writer wrote load from what the cache remembers exactly as
-/// iceberg-rust loads them from storage, through their own list entry and through one
-/// with other values to inherit (an attempt rebased onto a later sequence number), and
-/// without reading storage.
-#[tokio::test]
-async fn a_remembered_manifest_loads_as_storage_gives_it() {
+/// Writes `entries` as a manifest through a fresh cache, lists it as `listed` says, and
+/// returns what storage gives through that list entry and what the cache gives once the
+/// file is gone (an error when the cache reads storage).
+async fn stored_and_remembered(
+    content: ManifestContentType,
+    entries: Vec<WrittenEntry>,
+    listed: impl Fn(ManifestFile) -> ManifestFile,
+) -> (Manifest, iceberg::Result<Arc<Manifest>>) {
     use crate::table::manifest_cache::{ManifestCache, write_manifest};
     let metadata = table(2);
     let spec = metadata.default_partition_spec().as_ref();
     let io = FileIO::new_with_memory();
     let cache = ManifestCache::default();
+    let path = "memory:/t/m.avro";
+    let written = write_manifest(&metadata, (&io, &cache), path, 9, (content, spec), entries)
+        .await
+        .unwrap();
+    let through = listed(written);
+    let stored = through.load_manifest(&io).await.unwrap();
+    io.delete(path).await.unwrap();
+    (stored, cache.load(&io, &through).await)
+}
+
+/// The manifests this writer wrote load from what the cache remembers, without reading
+/// storage, exactly as iceberg-rust loads them from storage: through the list entry a
+/// commit gives them and through one with other values to inherit (an attempt rebased
+/// onto a later sequence number); ADDED entries inherit their sequence numbers (this
+/// writer names the snapshot in every entry: `check_entry`).
+#[tokio::test]
+async fn a_remembered_manifest_loads_as_storage_gives_it() {
     let kinds = [
         (ManifestContentType::Data, data_entries()),
         (ManifestContentType::Deletes, delete_entries()),
     ];
     for (content, entries) in kinds {
-        let path = format!("memory:/t/{content:?}.avro");
-        let io_cache = (&io, &cache);
-        let listed = write_manifest(&metadata, io_cache, &path, 9, (content, spec), entries)
-            .await
-            .unwrap();
-        let rebased = ManifestFile {
-            sequence_number: listed.sequence_number + 3,
-            min_sequence_number: listed.sequence_number + 3,
-            added_snapshot_id: 13,
-            ..listed.clone()
-        };
-        let remembered = cache
-            .written(&path)
-            .expect("a small v2 manifest is remembered");
-        for through in [&listed, &rebased] {
-            let stored = through.load_manifest(&io).await.unwrap();
+        for (sequence_number, added_snapshot_id) in [(7, 9), (10, 13)] {
+            let listed = |m: ManifestFile| ManifestFile {
+                sequence_number,
+                min_sequence_number: sequence_number.min(2),
+                added_snapshot_id,
+                ..m
+            };
+            let (stored, remembered) =
+                stored_and_remembered(content, entries.clone(), listed).await;
+            let remembered = remembered.expect("loaded without reading storage");
             assert_eq!(
-                remembered.as_loaded(through),
-                stored,
-                "{content:?} via {through:?}"
+                *remembered, stored,
+                "{content:?} at sequence {sequence_number}"
             );
         }
-        let stored = listed.load_manifest(&io).await.unwrap();
-        io.delete(&path).await.unwrap();
-        let loaded = cache
-            .load(&io, &listed)
-            .await
-            .expect("not read from storage");
-        assert_eq!(*loaded, stored);
     }
+}
+
+/// Values written in a wider type than remembered (from before a column was widened:
+/// an int partition value and int bounds of a long column) load as storage has them,
+/// read from storage: readers compare partitions by value and kind.
+#[tokio::test]
+async fn a_manifest_of_widened_values_is_read_from_storage() {
+    let mut widened = data_entries();
+    let file = &mut widened[0].data_file;
+    let mut values: Vec<Option<Literal>> = file.partition().iter().map(|v| v.cloned()).collect();
+    values[7] = Some(Literal::int(-42));
+    let partition = Struct::from_iter(values);
+    let mut bounds = file.lower_bounds().clone();
+    bounds.insert(1, Datum::int(-5));
+    let rebuilt = DataFileBuilder::default()
+        .content(file.content_type())
+        .file_path(file.file_path().to_string())
+        .file_format(file.file_format())
+        .partition(partition)
+        .partition_spec_id(0)
+        .record_count(file.record_count())
+        .file_size_in_bytes(file.file_size_in_bytes())
+        .lower_bounds(bounds)
+        .build()
+        .unwrap();
+    widened[0].data_file = rebuilt;
+    let (stored, remembered) =
+        stored_and_remembered(ManifestContentType::Data, widened, |m| m).await;
+    assert!(
+        remembered.is_err(),
+        "read from storage, which no longer has it"
+    );
+    let file = stored.entries()[0].data_file();
+    assert_eq!(file.partition()[7], Some(Literal::long(-42)));
+    assert_eq!(file.lower_bounds()[&1], Datum::long(-5));
 }
 
 #[tokio::test]
