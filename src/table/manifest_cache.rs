@@ -18,6 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use iceberg::io::FileIO;
+use iceberg::metadata_columns::get_metadata_field;
 use iceberg::spec::{
     DataFile, Datum, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
     ManifestMetadata, ManifestStatus, PartitionSpec, PrimitiveLiteral, PrimitiveType,
@@ -122,9 +123,13 @@ fn loads_as_written(entries: &[WrittenEntry], metadata: &ManifestMetadata) -> bo
         ty.and_then(|ty| as_datum(ty, literal.clone()))
             .is_some_and(|datum| datum.literal() == literal)
     };
+    // Position-delete files' bounds are of reserved fields (`pos`, `file_path`), which
+    // a reader types as iceberg-rust's metadata columns.
     let bound_as_typed = |(id, datum): (&i32, &Datum)| {
-        let ty = schema.field_by_id(*id);
-        ty.and_then(|f| f.field_type.as_primitive_type()) == Some(datum.data_type())
+        let field = schema
+            .field_by_id(*id)
+            .or_else(|| get_metadata_field(*id).ok());
+        field.and_then(|f| f.field_type.as_primitive_type()) == Some(datum.data_type())
     };
     entries.iter().all(|e| {
         let file = &e.data_file;

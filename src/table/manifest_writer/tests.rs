@@ -90,8 +90,18 @@ fn file(path: &str, content: DataContentType, partition: Struct) -> DataFile {
         .split_offsets(Some(vec![4, 2_048]));
     match content {
         DataContentType::EqualityDeletes => builder.equality_ids(Some(vec![1, 2])),
+        // Bounds of the reserved `file_path` and `pos` fields, as the Parquet writer
+        // records them.
         DataContentType::PositionDeletes => builder
             .referenced_data_file(Some("memory:/t/data/a.parquet".into()))
+            .lower_bounds(HashMap::from([
+                (2_147_483_546, Datum::string("memory:/t/data/a.parquet")),
+                (2_147_483_545, Datum::long(3)),
+            ]))
+            .upper_bounds(HashMap::from([
+                (2_147_483_546, Datum::string("memory:/t/data/a.parquet")),
+                (2_147_483_545, Datum::long(11)),
+            ]))
             .split_offsets(None),
         DataContentType::Data => builder.key_metadata(Some(vec![1, 2, 3])).sort_order_id(0),
     };
@@ -309,39 +319,70 @@ async fn a_remembered_manifest_loads_as_storage_gives_it() {
     }
 }
 
-/// Values written in a wider type than remembered (from before a column was widened:
-/// an int partition value and int bounds of a long column) load as storage has them,
-/// read from storage: readers compare partitions by value and kind.
-#[tokio::test]
-async fn a_manifest_of_widened_values_is_read_from_storage() {
-    let mut widened = data_entries();
-    let file = &mut widened[0].data_file;
+/// The first data entry with its partition value `at` and its lower bound of column
+/// `bound` replaced, when given.
+fn first_data_entry_with(
+    partition: Option<(usize, Literal)>,
+    bound: Option<(i32, Datum)>,
+) -> Vec<WrittenEntry> {
+    let mut entries = data_entries();
+    let file = &entries[0].data_file;
     let mut values: Vec<Option<Literal>> = file.partition().iter().map(|v| v.cloned()).collect();
-    values[7] = Some(Literal::int(-42));
-    let partition = Struct::from_iter(values);
+    if let Some((at, value)) = partition {
+        values[at] = Some(value);
+    }
     let mut bounds = file.lower_bounds().clone();
-    bounds.insert(1, Datum::int(-5));
+    bounds.extend(bound);
     let rebuilt = DataFileBuilder::default()
         .content(file.content_type())
         .file_path(file.file_path().to_string())
         .file_format(file.file_format())
-        .partition(partition)
+        .partition(Struct::from_iter(values))
         .partition_spec_id(0)
         .record_count(file.record_count())
         .file_size_in_bytes(file.file_size_in_bytes())
         .lower_bounds(bounds)
         .build()
         .unwrap();
-    widened[0].data_file = rebuilt;
-    let (stored, remembered) =
-        stored_and_remembered(ManifestContentType::Data, widened, |m| m).await;
-    assert!(
-        remembered.is_err(),
-        "read from storage, which no longer has it"
-    );
-    let file = stored.entries()[0].data_file();
-    assert_eq!(file.partition()[7], Some(Literal::long(-42)));
-    assert_eq!(file.lower_bounds()[&1], Datum::long(-5));
+    entries[0].data_file = rebuilt;
+    entries
+}
+
+/// Values written in a wider type than remembered (from before a column was widened:
+/// an int partition value of a long field, a float one of a double field, an int bound
+/// of a long column, a float bound of a double column), each alone, load as storage has
+/// them, read from storage: readers compare partitions by value and kind.
+#[tokio::test]
+async fn a_manifest_of_widened_values_is_read_from_storage() {
+    let cases = [
+        (Some((7, Literal::int(-42))), None),
+        (Some((4, Literal::float(1.5))), None),
+        (None, Some((1, Datum::int(-5)))),
+        (None, Some((6, Datum::float(0.5)))),
+    ];
+    for (partition, bound) in cases {
+        let widened = first_data_entry_with(partition.clone(), bound.clone());
+        let (stored, remembered) =
+            stored_and_remembered(ManifestContentType::Data, widened, |m| m).await;
+        assert!(
+            remembered.is_err(),
+            "{partition:?} {bound:?}: read from storage"
+        );
+        let file = stored.entries()[0].data_file();
+        if let Some((at, _)) = partition {
+            let wide = file.partition()[at]
+                .as_ref()
+                .and_then(|v| v.as_primitive_literal());
+            assert!(matches!(
+                wide,
+                Some(PrimitiveLiteral::Long(_) | PrimitiveLiteral::Double(_))
+            ));
+        }
+        if let Some((id, _)) = bound {
+            let wide = file.lower_bounds()[&id].data_type().clone();
+            assert!(matches!(wide, PrimitiveType::Long | PrimitiveType::Double));
+        }
+    }
 }
 
 #[tokio::test]
