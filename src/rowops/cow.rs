@@ -87,6 +87,7 @@ pub async fn rewrite(
         Some(_) => DataFileSink::with_lineage(metadata, write_io, settings)?,
         None => DataFileSink::new(metadata, write_io, settings)?,
     };
+    let started = std::time::Instant::now();
     let mut removed_by_manifest: BTreeMap<usize, HashSet<String>> = BTreeMap::new();
     let mut removed = Vec::with_capacity(hits.len());
     let mut added = Vec::new();
@@ -140,6 +141,7 @@ pub async fn rewrite(
         }
     }
     added.extend(merged);
+    let files_done = started.elapsed();
     let ids = (snapshot_id, commit_id, attempt);
     let key = |f: &DataFile| f.file_path().to_string();
     let io = (file_io, cache);
@@ -154,6 +156,11 @@ pub async fn rewrite(
         written,
     )
     .await?;
+    tracing::debug!(
+        "rewrote {} files in {files_done:?}, their manifests in {:?}",
+        removed.len(),
+        started.elapsed() - files_done
+    );
     Ok(Removed {
         manifests,
         removed,
