@@ -43,7 +43,7 @@ use crate::error::{Error, Result};
 use crate::table::merge::carried_without;
 use crate::write::lineage::{LAST_UPDATED_FIELD_ID, ROW_ID_FIELD_ID, with_lineage_columns};
 use crate::write::splice::{splice_without, spliced_data_file};
-use crate::write::{DataFileSink, FileSettings};
+use crate::write::{DataFileSink, FileSettings, in_partition_type};
 
 /// Refuses tables copy-on-write cannot rewrite correctly.
 pub fn check_table(carried: &[ManifestFile]) -> Result<()> {
@@ -250,7 +250,7 @@ fn spliced_path(metadata: &TableMetadata, hit: &Hit) -> Result<String> {
         PartitionKey::new(
             spec.as_ref().clone(),
             metadata.current_schema().clone(),
-            hit.file.partition().clone(),
+            in_partition_type(spec, metadata.current_schema(), hit.file.partition()),
         )
     });
     let name = format!("00000-{}-spliced.parquet", Uuid::new_v4());

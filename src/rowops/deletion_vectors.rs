@@ -25,6 +25,7 @@ use roaring::RoaringTreemap;
 use uuid::Uuid;
 
 use super::lookup::{Hit, has_live_files, load, unreadable};
+use super::positional::same_partition;
 use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::manifest_cache::ManifestCache;
@@ -95,7 +96,7 @@ pub async fn replace(
         replaced.extend(vector);
         // Only those whose positions were folded in (the same partition's, as
         // `positional::deleted_positions` reads them).
-        let folded_in = |s: &&Live| s.entry.partition() == hit.file.partition();
+        let folded_in = |s: &&Live| same_partition(s.entry.partition(), hit.file.partition());
         replaced.extend(old.iter().flat_map(|o| &o.scoped).filter(folded_in));
         vectors.push(DeletionVector {
             data_file: path.to_string(),

@@ -18,8 +18,8 @@ use arrow_array::types::Int64Type;
 use futures::TryStreamExt;
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile, PrimitiveLiteral,
-    TableMetadata,
+    DataContentType, DataFile, FormatVersion, Literal, ManifestContentType, ManifestFile,
+    PrimitiveLiteral, Struct, TableMetadata,
 };
 
 use uuid::Uuid;
@@ -142,7 +142,9 @@ async fn deleted_positions(
             live.insert(file.file_path().to_string());
             let relevant: HashSet<&str> = hits
                 .iter()
-                .filter(|h| h.file.partition() == file.partition() && may_name(file, h))
+                .filter(|h| {
+                    same_partition(h.file.partition(), file.partition()) && may_name(file, h)
+                })
                 .map(|h| h.file.file_path())
                 .collect();
             if relevant.is_empty() {
@@ -173,6 +175,29 @@ async fn deleted_positions(
     }
     known.keep(&live);
     Ok(deleted)
+}
+
+/// Whether two partition tuples are the same partition. Values read from manifests
+/// written before a partition source column was widened (int to long, float to double)
+/// are of the narrower kind, those written after of the wider one: the same value either
+/// way (a delete file written after the widening for a data file written before it names
+/// the same partition).
+pub(super) fn same_partition(a: &Struct, b: &Struct) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.iter().zip(b.iter()).all(|(x, y)| match (x, y) {
+            (Some(Literal::Primitive(x)), Some(Literal::Primitive(y))) => same_value(x, y),
+            (x, y) => x == y,
+        })
+}
+
+/// `x` and `y` are equal, an int equal to a long and a float to a double of its value.
+fn same_value(x: &PrimitiveLiteral, y: &PrimitiveLiteral) -> bool {
+    use PrimitiveLiteral as P;
+    match (x, y) {
+        (P::Int(i), P::Long(l)) | (P::Long(l), P::Int(i)) => i64::from(*i) == *l,
+        (P::Float(f), P::Double(d)) | (P::Double(d), P::Float(f)) => f64::from(f.0) == d.0,
+        _ => x == y,
+    }
 }
 
 /// Whether position-delete file `file` may name `hit`'s data file (its file_path bounds
@@ -234,4 +259,33 @@ async fn read_position_deletes(
         }
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tuple(values: &[Option<Literal>]) -> Struct {
+        Struct::from_iter(values.iter().cloned())
+    }
+
+    #[test]
+    fn partitions_from_before_and_after_a_widening_are_the_same() {
+        let narrow = tuple(&[Some(Literal::int(5)), Some(Literal::float(1.5)), None]);
+        let wide = tuple(&[Some(Literal::long(5)), Some(Literal::double(1.5)), None]);
+        assert!(same_partition(&narrow, &wide));
+        assert!(same_partition(&wide, &narrow));
+        assert!(same_partition(&narrow, &narrow));
+        let other = tuple(&[Some(Literal::long(6)), Some(Literal::double(1.5)), None]);
+        assert!(!same_partition(&narrow, &other));
+        let other = tuple(&[Some(Literal::int(5)), Some(Literal::double(1.25)), None]);
+        assert!(!same_partition(&narrow, &other));
+        let null = tuple(&[None, Some(Literal::float(1.5)), None]);
+        assert!(!same_partition(&narrow, &null));
+        let shorter = tuple(&[Some(Literal::int(5)), Some(Literal::float(1.5))]);
+        assert!(!same_partition(&narrow, &shorter));
+        let strings = |s: &str| tuple(&[Some(Literal::string(s))]);
+        assert!(same_partition(&strings("a"), &strings("a")));
+        assert!(!same_partition(&strings("a"), &strings("b")));
+    }
 }

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use arrow_array::RecordBatch;
 use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::io::FileIO;
-use iceberg::spec::{DataFile, DataFileFormat, TableMetadata};
+use iceberg::spec::{DataFile, DataFileFormat, PartitionSpec, Schema, Struct, TableMetadata};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::base_writer::equality_delete_writer::{
     EqualityDeleteFileWriterBuilder, EqualityDeleteWriterConfig,
@@ -468,7 +468,7 @@ pub async fn write_position_delete_files(
     file_io: &FileIO,
     settings: &FileSettings,
 ) -> Result<Vec<DataFile>> {
-    use iceberg::spec::{DataContentType, NestedField, PartitionKey, PrimitiveType, Schema, Type};
+    use iceberg::spec::{DataContentType, NestedField, PartitionKey, PrimitiveType, Type};
     deleted.retain(|d| !d.positions.is_empty());
     deleted.sort_by(|a, b| a.path.cmp(&b.path));
     let schema = std::sync::Arc::new(
@@ -503,18 +503,19 @@ pub async fn write_position_delete_files(
             vec![std::sync::Arc::new(paths), std::sync::Arc::new(positions)],
         )
         .map_err(|e| Error::internal(format!("position deletes: {e}")))?;
+        let partition = in_partition_type(spec, metadata.current_schema(), &d.partition);
         let key = (!spec.is_unpartitioned()).then(|| {
             PartitionKey::new(
                 spec.as_ref().clone(),
                 metadata.current_schema().clone(),
-                d.partition.clone(),
+                partition.clone(),
             )
         });
         let mut writer = rolling.build();
         writer.write(&key, &batch).await?;
         for mut file in writer.close().await? {
             file.content(DataContentType::PositionDeletes)
-                .partition(d.partition.clone())
+                .partition(partition.clone())
                 .partition_spec_id(spec.spec_id())
                 .referenced_data_file(Some(d.path.clone()));
             files.push(
@@ -524,6 +525,34 @@ pub async fn write_position_delete_files(
         }
     }
     Ok(files)
+}
+
+/// A partition's `values` as `spec` types them under `schema`. A value written before
+/// its source column was widened (int to long, float to double) is of the narrower kind;
+/// iceberg-rust cannot name a partition's path from a value whose kind is not its type's
+/// (it panics), so files written for that partition now (position deletes, rewrites)
+/// take the wider kind, as their manifests store it anyway, and so do the files a
+/// snapshot summary counts by partition.
+pub fn in_partition_type(spec: &PartitionSpec, schema: &Schema, values: &Struct) -> Struct {
+    use iceberg::spec::{Literal, PrimitiveLiteral as P, PrimitiveType as T};
+    let Ok(partition_type) = spec.partition_type(schema) else {
+        return values.clone();
+    };
+    let fields = partition_type.fields();
+    if fields.len() != values.fields().len() {
+        return values.clone();
+    }
+    let widened = fields.iter().zip(values.iter()).map(|(field, value)| {
+        let ty = field.field_type.as_primitive_type();
+        match (ty, value) {
+            (Some(T::Long), Some(Literal::Primitive(P::Int(n)))) => Some(Literal::long(*n)),
+            (Some(T::Double), Some(Literal::Primitive(P::Float(f)))) => {
+                Some(Literal::double(f64::from(f.0)))
+            }
+            (_, value) => value.cloned(),
+        }
+    });
+    Struct::from_iter(widened)
 }
 
 #[cfg(test)]
