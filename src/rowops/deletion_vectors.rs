@@ -96,7 +96,9 @@ pub async fn replace(
         replaced.extend(vector);
         // Only those whose positions were folded in (the same partition's, as
         // `positional::deleted_positions` reads them).
-        let folded_in = |s: &&Live| same_partition(s.entry.partition(), hit.file.partition());
+        let folded_in = |s: &&Live| {
+            s.spec_id == hit.spec_id && same_partition(s.entry.partition(), hit.file.partition())
+        };
         replaced.extend(old.iter().flat_map(|o| &o.scoped).filter(folded_in));
         vectors.push(DeletionVector {
             data_file: path.to_string(),

@@ -143,7 +143,9 @@ async fn deleted_positions(
             let relevant: HashSet<&str> = hits
                 .iter()
                 .filter(|h| {
-                    same_partition(h.file.partition(), file.partition()) && may_name(file, h)
+                    h.spec_id == manifest.partition_spec_id
+                        && same_partition(h.file.partition(), file.partition())
+                        && may_name(file, h)
                 })
                 .map(|h| h.file.file_path())
                 .collect();
@@ -177,7 +179,7 @@ async fn deleted_positions(
     Ok(deleted)
 }
 
-/// Whether two partition tuples are the same partition. Values read from manifests
+/// Whether two partition tuples of one spec are the same partition. Values read from manifests
 /// written before a partition source column was widened (int to long, float to double)
 /// are of the narrower kind, those written after of the wider one: the same value either
 /// way (a delete file written after the widening for a data file written before it names
@@ -195,7 +197,10 @@ fn same_value(x: &PrimitiveLiteral, y: &PrimitiveLiteral) -> bool {
     use PrimitiveLiteral as P;
     match (x, y) {
         (P::Int(i), P::Long(l)) | (P::Long(l), P::Int(i)) => i64::from(*i) == *l,
-        (P::Float(f), P::Double(d)) | (P::Double(d), P::Float(f)) => f64::from(f.0) == d.0,
+        (P::Float(f), P::Double(d)) | (P::Double(d), P::Float(f)) => {
+            let wide = f64::from(f.0);
+            wide == d.0 || (wide.is_nan() && d.0.is_nan())
+        }
         _ => x == y,
     }
 }
@@ -282,6 +287,17 @@ mod tests {
         assert!(!same_partition(&narrow, &other));
         let null = tuple(&[None, Some(Literal::float(1.5)), None]);
         assert!(!same_partition(&narrow, &null));
+        let nan = tuple(&[Some(Literal::int(5)), Some(Literal::float(f32::NAN)), None]);
+        let wide_nan = tuple(&[
+            Some(Literal::long(5)),
+            Some(Literal::double(f64::NAN)),
+            None,
+        ]);
+        assert!(
+            same_partition(&nan, &wide_nan),
+            "NaN is one partition, as in one kind"
+        );
+        assert!(same_partition(&nan, &nan));
         let shorter = tuple(&[Some(Literal::int(5)), Some(Literal::float(1.5))]);
         assert!(!same_partition(&narrow, &shorter));
         let strings = |s: &str| tuple(&[Some(Literal::string(s))]);

@@ -40,13 +40,34 @@ pub fn first_row_ids<'a>(
 
 /// `file` carrying `first_row_id` in its entry, under partition spec `spec_id`.
 pub fn with_first_row_id(file: &DataFile, first_row_id: i64, spec_id: i32) -> Result<DataFile> {
+    let mut builder = copy_of(file);
+    builder
+        .partition_spec_id(spec_id)
+        .first_row_id(Some(first_row_id));
+    built(builder)
+}
+
+/// `file` with its partition values replaced by `partition`, under partition spec
+/// `spec_id`.
+pub fn with_partition(
+    file: &DataFile,
+    partition: iceberg::spec::Struct,
+    spec_id: i32,
+) -> Result<DataFile> {
+    let mut builder = copy_of(file);
+    builder.partition(partition).partition_spec_id(spec_id);
+    built(builder)
+}
+
+/// A builder holding every field of `file` but its partition spec id (which iceberg-rust
+/// does not give out).
+fn copy_of(file: &DataFile) -> DataFileBuilder {
     let mut builder = DataFileBuilder::default();
     builder
         .content(file.content_type())
         .file_path(file.file_path().to_string())
         .file_format(file.file_format())
         .partition(file.partition().clone())
-        .partition_spec_id(spec_id)
         .record_count(file.record_count())
         .file_size_in_bytes(file.file_size_in_bytes())
         .column_sizes(file.column_sizes().clone())
@@ -58,13 +79,17 @@ pub fn with_first_row_id(file: &DataFile, first_row_id: i64, spec_id: i32) -> Re
         .key_metadata(file.key_metadata().map(<[u8]>::to_vec))
         .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
         .equality_ids(file.equality_ids())
-        .first_row_id(Some(first_row_id))
+        .first_row_id(file.first_row_id())
         .referenced_data_file(file.referenced_data_file())
         .content_offset(file.content_offset())
         .content_size_in_bytes(file.content_size_in_bytes());
     if let Some(id) = file.sort_order_id() {
         builder.sort_order_id(id);
     }
+    builder
+}
+
+fn built(builder: DataFileBuilder) -> Result<DataFile> {
     builder
         .build()
         .map_err(|e| Error::internal(format!("data file entry: {e}")))
