@@ -162,18 +162,20 @@ def keyed_output(services, table, strategy, exactly_once=None):
     return block
 
 
-def file_input(path, batch_size):
-    """The file's lines, read from the start, in batches of exactly `batch_size`."""
-    return textwrap.dedent(f"""\
+def file_input(path, batch_size, processors=None):
+    """The file's lines, read from the start, in batches of exactly `batch_size`; with
+    `processors` (YAML list items), run on each line inside the input, in order."""
+    steps = ""
+    if processors:
+        steps = "      processors:\n" + textwrap.indent(textwrap.dedent(processors), " " * 8)
+    return (textwrap.dedent(f"""\
         broker:
           inputs:
             - file:
                 paths: [ {path} ]
                 scanner:
                   lines: {{}}
-          batching:
-            count: {batch_size}
-        """)
+        """) + steps + f"  batching:\n    count: {batch_size}\n")
 
 
 def write_lines(path, ops):
