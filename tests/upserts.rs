@@ -1291,18 +1291,36 @@ fn two_writers_upserting_one_table_converge_positional() {
     two_writers_converge("merge-on-read-positional");
 }
 
+/// The test schema with `id` of `id_type`, as JSON schema `schema_id`.
+fn schema_with_id(id_type: &str, schema_id: i32) -> Value {
+    json!({"type": "struct", "schema-id": schema_id, "identifier-field-ids": [1, 2], "fields": [
+        {"id": 1, "name": "tenant", "required": true, "type": "string"},
+        {"id": 2, "name": "id", "required": true, "type": id_type},
+        {"id": 3, "name": "v", "required": false, "type": "string"},
+        {"id": 4, "name": "n", "required": false, "type": "long"}
+    ]})
+}
+
+/// Another tool widens `id` from int to long (a legal Iceberg promotion).
+fn widen_id_to_long(rt: &tokio::runtime::Runtime, w: &Writer, ident: &iceberg::TableIdent) {
+    let long_schema: Schema = serde_json::from_value(schema_with_id("long", 1)).unwrap();
+    let updates = vec![
+        TableUpdate::AddSchema {
+            schema: long_schema,
+        },
+        TableUpdate::SetCurrentSchema { schema_id: -1 },
+    ];
+    rt.block_on(w.catalog().commit(ident, vec![], updates))
+        .unwrap();
+}
+
 // Found by an attack on the copy-on-write commit path.
 
 #[test]
 fn copy_on_write_finds_keys_in_files_written_before_int_was_widened_to_long() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let int_schema = json!({"type": "struct", "schema-id": 0, "fields": [
-        {"id": 1, "name": "tenant", "required": true, "type": "string"},
-        {"id": 2, "name": "id", "required": true, "type": "int"},
-        {"id": 3, "name": "v", "required": false, "type": "string"},
-        {"id": 4, "name": "n", "required": false, "type": "long"}
-    ]});
+    let int_schema = schema_with_id("int", 0);
     let config = embedded(
         dir.path(),
         json!({"merge_strategy": "copy-on-write", "schema_evolution": {"schema": int_schema}}),
@@ -1312,25 +1330,7 @@ fn copy_on_write_finds_keys_in_files_written_before_int_was_widened_to_long() {
     call(&rt, &w, &[("insert", r#"{"tenant":"t","id":2,"v":"old"}"#)]);
     // Another tool widens id: int -> long (a legal Iceberg promotion).
     let ident = table_ident("up", "t").unwrap();
-    let long_schema: Schema = serde_json::from_value(json!({
-        "type": "struct", "schema-id": 1, "identifier-field-ids": [1, 2], "fields": [
-        {"id": 1, "name": "tenant", "required": true, "type": "string"},
-        {"id": 2, "name": "id", "required": true, "type": "long"},
-        {"id": 3, "name": "v", "required": false, "type": "string"},
-        {"id": 4, "name": "n", "required": false, "type": "long"}
-    ]}))
-    .unwrap();
-    rt.block_on(w.catalog().commit(
-        &ident,
-        vec![],
-        vec![
-            TableUpdate::AddSchema {
-                schema: long_schema,
-            },
-            TableUpdate::SetCurrentSchema { schema_id: -1 },
-        ],
-    ))
-    .unwrap();
+    widen_id_to_long(&rt, &w, &ident);
     drop(w);
     let w = rt.block_on(Writer::open(config.clone())).unwrap();
     call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"new"}"#)]);
@@ -1383,12 +1383,7 @@ fn upserts_across_a_widened_partition_column(
 ) -> HashMap<String, String> {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let int_schema = json!({"type": "struct", "schema-id": 0, "fields": [
-        {"id": 1, "name": "tenant", "required": true, "type": "string"},
-        {"id": 2, "name": "id", "required": true, "type": "int"},
-        {"id": 3, "name": "v", "required": false, "type": "string"},
-        {"id": 4, "name": "n", "required": false, "type": "long"}
-    ]});
+    let int_schema = schema_with_id("int", 0);
     let config = embedded(
         dir.path(),
         json!({"merge_strategy": strategy,
@@ -1399,25 +1394,7 @@ fn upserts_across_a_widened_partition_column(
     call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
     call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
     let ident = table_ident("up", "t").unwrap();
-    let long_schema: Schema = serde_json::from_value(json!({
-        "type": "struct", "schema-id": 1, "identifier-field-ids": [1, 2], "fields": [
-        {"id": 1, "name": "tenant", "required": true, "type": "string"},
-        {"id": 2, "name": "id", "required": true, "type": "long"},
-        {"id": 3, "name": "v", "required": false, "type": "string"},
-        {"id": 4, "name": "n", "required": false, "type": "long"}
-    ]}))
-    .unwrap();
-    rt.block_on(w.catalog().commit(
-        &ident,
-        vec![],
-        vec![
-            TableUpdate::AddSchema {
-                schema: long_schema,
-            },
-            TableUpdate::SetCurrentSchema { schema_id: -1 },
-        ],
-    ))
-    .unwrap();
+    widen_id_to_long(&rt, &w, &ident);
     drop(w);
     let w = rt.block_on(Writer::open(config.clone())).unwrap();
     for v in ["c", "d", "e"] {
