@@ -6,7 +6,7 @@ mod support;
 use floe::config::Config;
 use floe::writer::{Message, Writer};
 use serde_json::{Value, json};
-use support::{merge, messages, read_back, runtime};
+use support::{merge, messages, pyiceberg_sql_args, read_back, runtime};
 
 fn mixed_schema() -> Value {
     json!({
@@ -77,11 +77,7 @@ fn embedded_catalog_round_trip_with_independent_readers() {
     let wh = dir.path().join("wh");
     let py = read_back(
         "pyiceberg-sql",
-        json!({
-            "uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
-            "warehouse": format!("file://{}", wh.display()),
-            "table": "demo.events.mixed"
-        }),
+        pyiceberg_sql_args(&wh, "demo.events.mixed"),
     );
     assert_eq!(py["count"], 3);
     let rows = py["rows"].as_array().unwrap();

@@ -16,7 +16,7 @@ use iceberg::spec::{
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use support::{Rng, merge, read_back, runtime, scan_columns, services};
+use support::{Rng, merge, pyiceberg_sql_args, read_back, runtime, scan_columns, services};
 
 /// What the table must hold: key → its rows' values (several only after inserts).
 type Model = BTreeMap<(String, i64), Vec<String>>;
@@ -1409,14 +1409,7 @@ fn upserts_across_a_widened_partition_column(
     // to data files by partition kind, not value, and was seen to show the row "b" in
     // about one run of three (a reader's fault: the table is the same every run).
     let wh = dir.path().join("wh");
-    let py = read_back(
-        "pyiceberg-sql",
-        json!({
-            "uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
-            "warehouse": format!("file://{}", wh.display()),
-            "table": "up.t"
-        }),
-    );
+    let py = read_back("pyiceberg-sql", pyiceberg_sql_args(&wh, "up.t"));
     let duck = read_back(
         "duckdb-file",
         json!({"metadata": loaded.metadata_location.clone().unwrap(),

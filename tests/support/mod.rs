@@ -7,7 +7,7 @@ use std::process::Command;
 use tokio::io::AsyncReadExt;
 
 use futures::TryStreamExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The sorted `id` column of a REST table, read back by pyiceberg.
 pub fn ids_read_back(table: &str) -> Vec<i64> {
@@ -72,6 +72,16 @@ pub fn read_back(reader: &str, args: Value) -> Value {
         }
         Err(e) => panic!("{reader} failed: the reader process broke off ({e})"),
     }
+}
+
+/// `read_back`'s arguments for pyiceberg's SQL catalog reading `table` of the embedded
+/// catalog in `warehouse` (its folder: `catalog.db` and the files).
+pub fn pyiceberg_sql_args(warehouse: &std::path::Path, table: &str) -> Value {
+    json!({
+        "uri": format!("sqlite:///{}", warehouse.join("catalog.db").display()),
+        "warehouse": format!("file://{}", warehouse.display()),
+        "table": table
+    })
 }
 
 /// The Python with the test packages: `$PYTHON` (the Makefile exports its virtual
