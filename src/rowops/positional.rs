@@ -33,7 +33,7 @@ use crate::table::manifest_cache::ManifestCache;
 use crate::table::position_deletes::RemovedPositions;
 use crate::write::deletion_vector::is_deletion_vector;
 use crate::write::{
-    DELETE_FILE_PATH_FIELD_ID, DeletedRows, FileSettings, write_position_delete_files,
+    DELETE_FILE_PATH_FIELD_ID, DeletedRows, FileSettings, widened, write_position_delete_files,
 };
 
 /// Position deletes exist from format v2 on (v1 has no delete files); v3 keeps them in
@@ -187,22 +187,9 @@ async fn deleted_positions(
 pub(super) fn same_partition(a: &Struct, b: &Struct) -> bool {
     a.fields().len() == b.fields().len()
         && a.iter().zip(b.iter()).all(|(x, y)| match (x, y) {
-            (Some(Literal::Primitive(x)), Some(Literal::Primitive(y))) => same_value(x, y),
+            (Some(Literal::Primitive(x)), Some(Literal::Primitive(y))) => widened(x) == widened(y),
             (x, y) => x == y,
         })
-}
-
-/// `x` and `y` are equal, an int equal to a long and a float to a double of its value.
-fn same_value(x: &PrimitiveLiteral, y: &PrimitiveLiteral) -> bool {
-    use PrimitiveLiteral as P;
-    match (x, y) {
-        (P::Int(i), P::Long(l)) | (P::Long(l), P::Int(i)) => i64::from(*i) == *l,
-        (P::Float(f), P::Double(d)) | (P::Double(d), P::Float(f)) => {
-            let wide = f64::from(f.0);
-            wide == d.0 || (wide.is_nan() && d.0.is_nan())
-        }
-        _ => x == y,
-    }
 }
 
 /// Whether position-delete file `file` may name `hit`'s data file (its file_path bounds

@@ -6,10 +6,18 @@
 //! when it reads a manifest, so floe does, where it needs the ids: to keep rows' ids when
 //! it rewrites their files, and to write a manifest's entries elsewhere (a rewritten or
 //! merged manifest gets a new first row id, so its entries carry their own).
+//!
+//! Entries copied with another value (a first row id, partition values of the kinds the
+//! spec's types have now) are built here, from one copy of every field.
 
-use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, ManifestFile, ManifestStatus};
+use std::borrow::Cow;
+
+use iceberg::spec::{
+    DataContentType, DataFile, DataFileBuilder, ManifestFile, ManifestStatus, PartitionSpec, Schema,
+};
 
 use crate::error::{Error, Result};
+use crate::write::in_partition_type;
 
 /// The first row id of each of a manifest's entries, in order, given the manifest's
 /// list entry `listed`: the entry's own, else inherited; `None` for delete files, for
@@ -47,16 +55,22 @@ pub fn with_first_row_id(file: &DataFile, first_row_id: i64, spec_id: i32) -> Re
     built(builder)
 }
 
-/// `file` with its partition values replaced by `partition`, under partition spec
-/// `spec_id`.
-pub fn with_partition(
-    file: &DataFile,
-    partition: iceberg::spec::Struct,
-    spec_id: i32,
-) -> Result<DataFile> {
+/// `file` with its partition values of the kinds `spec`'s types have under `schema`
+/// now (see [`in_partition_type`]): itself when they are, else a copy.
+pub fn in_current_type<'a>(
+    file: &'a DataFile,
+    spec: &PartitionSpec,
+    schema: &Schema,
+) -> Result<Cow<'a, DataFile>> {
+    let partition = in_partition_type(spec, schema, file.partition());
+    if &partition == file.partition() {
+        return Ok(Cow::Borrowed(file));
+    }
     let mut builder = copy_of(file);
-    builder.partition(partition).partition_spec_id(spec_id);
-    built(builder)
+    builder
+        .partition(partition)
+        .partition_spec_id(spec.spec_id());
+    built(builder).map(Cow::Owned)
 }
 
 /// A builder holding every field of `file` but its partition spec id (which iceberg-rust

@@ -14,7 +14,9 @@ use std::collections::HashMap;
 use arrow_array::RecordBatch;
 use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::io::FileIO;
-use iceberg::spec::{DataFile, DataFileFormat, PartitionSpec, Schema, Struct, TableMetadata};
+use iceberg::spec::{
+    DataFile, DataFileFormat, PartitionSpec, PrimitiveLiteral, Schema, Struct, TableMetadata,
+};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::base_writer::equality_delete_writer::{
     EqualityDeleteFileWriterBuilder, EqualityDeleteWriterConfig,
@@ -534,7 +536,7 @@ pub async fn write_position_delete_files(
 /// take the wider kind, as their manifests store it anyway, and so do the files a
 /// snapshot summary counts by partition.
 pub fn in_partition_type(spec: &PartitionSpec, schema: &Schema, values: &Struct) -> Struct {
-    use iceberg::spec::{Literal, PrimitiveLiteral as P, PrimitiveType as T};
+    use iceberg::spec::{Literal, PrimitiveType as T};
     let Ok(partition_type) = spec.partition_type(schema) else {
         return values.clone();
     };
@@ -542,17 +544,28 @@ pub fn in_partition_type(spec: &PartitionSpec, schema: &Schema, values: &Struct)
     if fields.len() != values.fields().len() {
         return values.clone();
     }
-    let widened = fields.iter().zip(values.iter()).map(|(field, value)| {
-        let ty = field.field_type.as_primitive_type();
-        match (ty, value) {
-            (Some(T::Long), Some(Literal::Primitive(P::Int(n)))) => Some(Literal::long(*n)),
-            (Some(T::Double), Some(Literal::Primitive(P::Float(f)))) => {
-                Some(Literal::double(f64::from(f.0)))
-            }
-            (_, value) => value.cloned(),
+    let typed = fields.iter().zip(values.iter()).map(|(field, value)| {
+        let wide = matches!(
+            field.field_type.as_primitive_type(),
+            Some(T::Long | T::Double)
+        );
+        match value {
+            Some(Literal::Primitive(v)) if wide => Some(Literal::Primitive(widened(v))),
+            value => value.cloned(),
         }
     });
-    Struct::from_iter(widened)
+    Struct::from_iter(typed)
+}
+
+/// `value` as the wider kind a widening gives its column (int to long, float to
+/// double); any other value as it is. Two values of one partition field are the same
+/// value when their widened forms are equal (NaN included).
+pub fn widened(value: &PrimitiveLiteral) -> PrimitiveLiteral {
+    match value {
+        PrimitiveLiteral::Int(n) => PrimitiveLiteral::Long(i64::from(*n)),
+        PrimitiveLiteral::Float(f) => PrimitiveLiteral::Double(f64::from(f.0).into()),
+        v => v.clone(),
+    }
 }
 
 #[cfg(test)]

@@ -2,20 +2,16 @@
 //! `total-*` counts, its commit id and writer, and the operation Iceberg's own writers
 //! would name it by.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
-use iceberg::spec::{
-    DataFile, DataFileBuilder, Operation, PartitionSpec, SnapshotSummaryCollector, Summary,
-    TableMetadata,
-};
+use iceberg::spec::{DataFile, Operation, SnapshotSummaryCollector, Summary, TableMetadata};
 
 use super::{COMMIT_ID_PROPERTY, SnapshotChanges};
 use crate::commit::offsets::WRITER_ID_SUMMARY;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::rowops::removal::Removed;
+use crate::table::lineage::in_current_type;
 use crate::write::deletion_vector::is_deletion_vector;
-use crate::write::in_partition_type;
 
 /// Each running total with the summary figures that add to and take from it.
 const TOTALS: [(&str, &str, &str); 6] = [
@@ -88,33 +84,6 @@ fn count_vectors_as_iceberg_does(
     }
 }
 
-/// `file` for the summary collector, which names each file's partition: when its
-/// partition values are of a kind their type no longer has (written before a column was
-/// widened; see [`in_partition_type`]), a stand-in with what the collector reads (content,
-/// size, rows) and the values as the type has them now.
-fn as_typed<'a>(
-    file: &'a DataFile,
-    spec: &PartitionSpec,
-    metadata: &TableMetadata,
-) -> Result<Cow<'a, DataFile>> {
-    let partition = in_partition_type(spec, metadata.current_schema(), file.partition());
-    if &partition == file.partition() {
-        return Ok(Cow::Borrowed(file));
-    }
-    let stand_in = DataFileBuilder::default()
-        .content(file.content_type())
-        .file_path(file.file_path().to_string())
-        .file_format(file.file_format())
-        .partition(partition)
-        .partition_spec_id(spec.spec_id())
-        .record_count(file.record_count())
-        .file_size_in_bytes(file.file_size_in_bytes())
-        .equality_ids(file.equality_ids())
-        .build()
-        .map_err(|e| Error::internal(format!("summarizing {}: {e}", file.file_path())))?;
-    Ok(Cow::Owned(stand_in))
-}
-
 /// Summary properties: the collector's `added-*` figures plus running `total-*` counts.
 pub(super) fn summarize(
     metadata: &TableMetadata,
@@ -133,8 +102,10 @@ pub(super) fn summarize(
         .chain(rewritten)
         .chain(position_deletes)
     {
+        // The collector names each file's partition: values from before a column was
+        // widened in their current type (iceberg-rust cannot name them otherwise).
         let spec = metadata.default_partition_spec();
-        let file = as_typed(file, spec, metadata)?;
+        let file = in_current_type(file, spec, metadata.current_schema())?;
         collector.add_file(&file, metadata.current_schema().clone(), spec.clone());
     }
     let removed_files = rewrite.map(|r| r.removed.as_slice()).unwrap_or_default();
@@ -143,7 +114,7 @@ pub(super) fn summarize(
             .partition_spec_by_id(*spec_id)
             .unwrap_or_else(|| metadata.default_partition_spec())
             .clone();
-        let file = as_typed(file, &spec, metadata)?;
+        let file = in_current_type(file, &spec, metadata.current_schema())?;
         collector.remove_file(&file, metadata.current_schema().clone(), spec);
     }
     let mut props = files.properties.clone();

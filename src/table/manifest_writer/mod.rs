@@ -25,10 +25,9 @@ use iceberg::spec::{
     SchemaRef, TableMetadata, Type, UNASSIGNED_SEQUENCE_NUMBER,
 };
 
-use super::lineage::with_partition;
+use super::lineage::in_current_type;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sync::LockExt;
-use crate::write::in_partition_type;
 
 mod encode;
 #[cfg(test)]
@@ -287,22 +286,6 @@ fn check_entry(content: ManifestContentType, snapshot_id: i64, entry: &WrittenEn
     Ok(())
 }
 
-/// `file` with partition values of the kinds `spec`'s types have now: iceberg-rust's
-/// writer refuses a value from before its column was widened (an int of a long field),
-/// which files written before the widening carry (this writer's encoder widens them as
-/// it writes, see `as_datum`).
-fn in_current_type(
-    file: &DataFile,
-    spec: &PartitionSpec,
-    metadata: &TableMetadata,
-) -> Result<DataFile> {
-    let partition = in_partition_type(spec, metadata.current_schema(), file.partition());
-    match &partition == file.partition() {
-        true => Ok(file.clone()),
-        false => with_partition(file, partition, spec.spec_id()),
-    }
-}
-
 /// iceberg-rust's writer, for what this one does not encode.
 async fn write_with_iceberg(
     metadata: &TableMetadata,
@@ -334,7 +317,9 @@ async fn write_with_iceberg(
     // Callers go through `check_entry` first: EXISTING entries have a snapshot id, and
     // EXISTING and DELETED ones their sequence numbers.
     for entry in entries {
-        let file = in_current_type(&entry.data_file, spec, metadata)?;
+        // Values from before a column was widened, which iceberg-rust's writer refuses
+        // (this writer's encoder widens them as it writes, see `as_datum`).
+        let file = in_current_type(&entry.data_file, spec, metadata.current_schema())?.into_owned();
         let (sequence, file_sequence) = (entry.sequence_number, entry.file_sequence_number);
         match (entry.status, entry.snapshot_id, sequence) {
             (ManifestStatus::Added, _, _) => writer.add_file(file, sequence.unwrap_or(-1))?,
