@@ -14,7 +14,7 @@ use crate::rowops::keys::{inferred_float_keys_as_long, with_identifier_fields};
 use crate::rowops::resolve::{KeyAt, resolve_call};
 use crate::sync::LockExt;
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
@@ -323,34 +323,38 @@ impl Writer {
         failed: Vec<Option<Error>>,
     ) -> Result<BatchOutcome> {
         assert_eq!(failed.len(), messages.len(), "one entry per message");
-        let mut failures = failed;
+        // By message index, sparse while the call waits for its commits (a vector of
+        // one entry per message is 32 B a row for as long as the call is in flight).
+        let mut failures: BTreeMap<usize, Error> = failed
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.map(|e| (i, e)))
+            .collect();
         let mut groups: HashMap<TableIdent, Vec<usize>> = HashMap::new();
         for (i, m) in messages.iter().enumerate() {
-            if failures[i].is_some() {
+            if failures.contains_key(&i) {
                 continue;
             }
             if let Err(e) = RowOp::parse(m.operation) {
-                failures[i] = Some(Error::new(ErrorKind::Data, format!("message {i}: {e}")));
+                failures.insert(i, Error::new(ErrorKind::Data, format!("message {i}: {e}")));
                 continue;
             }
             if let Some(e) = self.check_types(i, m) {
-                failures[i] = Some(e);
+                failures.insert(i, e);
                 continue;
             }
             if self.options.writer_id.is_some() && (m.source.is_none() || m.offset.is_none()) {
-                failures[i] = Some(Error::new(
-                    ErrorKind::Data,
-                    format!(
-                        "message {i}: exactly-once is on but the message has no source and offset"
-                    ),
-                ));
+                let e = format!(
+                    "message {i}: exactly-once is on but the message has no source and offset"
+                );
+                failures.insert(i, Error::new(ErrorKind::Data, e));
                 continue;
             }
             match self.resolve_ident(m) {
                 Ok(ident) => groups.entry(ident).or_default().push(i),
                 // The table comes from the message (interpolated): its own fault.
                 Err(e) => {
-                    failures[i] = Some(Error::new(ErrorKind::Data, format!("message {i}: {e}")))
+                    failures.insert(i, Error::new(ErrorKind::Data, format!("message {i}: {e}")));
                 }
             }
         }
@@ -403,7 +407,7 @@ impl Writer {
                     any_committed |= group.committed;
                     snapshots += usize::from(group.counts_snapshot);
                     for (pos, err) in group.failures {
-                        failures[idx[pos]] = Some(err);
+                        failures.insert(idx[pos], err);
                     }
                 }
                 Err(e) => {
@@ -414,7 +418,9 @@ impl Writer {
                     if e.kind() != ErrorKind::Data && call_error.is_none() {
                         call_error = Some(e.clone());
                     }
-                    idx.iter().for_each(|&i| failures[i] = Some(e.clone()));
+                    idx.iter().for_each(|&i| {
+                        failures.insert(i, e.clone());
+                    });
                 }
             }
         }
@@ -424,8 +430,12 @@ impl Writer {
             return Err(e);
         }
         failpoint::hit(failpoint::names::BEFORE_RETURN);
+        let mut each: Vec<Option<Error>> = (0..messages.len()).map(|_| None).collect();
+        for (i, e) in failures {
+            each[i] = Some(e);
+        }
         Ok(BatchOutcome {
-            failures,
+            failures: each,
             rows_committed,
             snapshots,
         })
@@ -576,13 +586,15 @@ impl Writer {
         let mut reshreds = 0;
         let linked = party.is_some();
         let (result, plan) = loop {
-            let (claim, plan) = self
+            let (claim, mut plan) = self
                 .plan_checked(ticket, ident, &handle, messages, idx)
                 .await?;
             let may_evolve = reshreds < MAX_RESHREDS;
+            // Taken out of the plan, which outlives the commit: the positions are not.
+            let write = std::mem::take(&mut plan.write);
             let result = self
                 .shred_and_submit(
-                    ticket, &handle, claim, messages, idx, &plan, may_evolve, party,
+                    ticket, &handle, claim, messages, idx, write, &plan, may_evolve, party,
                 )
                 .await;
             match result {

@@ -89,6 +89,7 @@ impl Writer {
 /// How exactly-once splits one table's messages (positions within the group).
 #[derive(Default)]
 pub(super) struct WritePlan {
+    /// The positions to write (taken out for shredding: the plan outlives the commit).
     pub(super) write: Vec<usize>,
     /// Some message is acknowledged as committed without being written.
     pub(super) acknowledges: bool,

@@ -4,7 +4,23 @@
 
 use super::*;
 
+/// What a table's part of a call hands its committer, or what it ended with instead.
+enum Prepared {
+    /// Rows (or deletes) to commit, and the messages that failed on the way.
+    Rows(Submission, Vec<(usize, Error)>),
+    /// Nothing to commit: the part's result as it stands.
+    Done(GroupResult),
+}
+
 impl Writer {
+    /// Shreds the messages `write` (positions within the group `idx`; see
+    /// [`WritePlan::write`]) and hands their rows to the table's committer; the result
+    /// once they committed.
+    ///
+    /// The shredding lives in [`Self::prepare_submission`] so that its buffers (the
+    /// shredded rows, the key resolution, per-message positions: ~40 B a row besides the
+    /// rows themselves) are gone while the call waits for its commit: a host with many
+    /// calls in flight holds only what the committer holds.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn shred_and_submit(
         &self,
@@ -13,10 +29,49 @@ impl Writer {
         claim: Claim,
         messages: &[Message<'_>],
         idx: &[usize],
+        write: Vec<usize>,
         plan: &WritePlan,
         may_evolve: bool,
         party: &mut Option<Party>,
     ) -> Result<GroupResult> {
+        let prepared = self
+            .prepare_submission(handle, messages, idx, write, plan, may_evolve, party)
+            .await?;
+        let (submission, failures) = match prepared {
+            Prepared::Rows(submission, failures) => (submission, failures),
+            Prepared::Done(result) => return Ok(result),
+        };
+        let rows = submission.batch.num_rows();
+        failpoint::hit(failpoint::names::BEFORE_SUBMIT);
+        // Messages held back to be retried: the calls after this one wait for them (see
+        // `commit::order`), unless a later call holds what this one waits for.
+        let complete = !plan.holds_later_calls_back(&failures);
+        let committed = handle
+            .committer
+            .submit(ticket, complete, claim, submission)
+            .await?;
+        Ok(GroupResult {
+            rows,
+            committed: true,
+            counts_snapshot: committed.counts_snapshot,
+            failures,
+            retry_left: false,
+        })
+    }
+
+    /// The submission of [`Self::shred_and_submit`]: the rows of the messages `write`,
+    /// shredded (the schema evolved where they need it) and resolved by key.
+    #[allow(clippy::too_many_arguments)]
+    async fn prepare_submission(
+        &self,
+        handle: &TableHandle,
+        messages: &[Message<'_>],
+        idx: &[usize],
+        write: Vec<usize>,
+        plan: &WritePlan,
+        may_evolve: bool,
+        party: &mut Option<Party>,
+    ) -> Result<Prepared> {
         let view = handle.committer.view();
         let schema_id = view.schema_id();
         let mut failures: Vec<(usize, Error)> = Vec::new();
@@ -28,7 +83,7 @@ impl Writer {
                 && view.key_problem.is_some()
                 && row_op(&messages[idx[*pos]]) != RowOp::Insert
         };
-        let first_refused = plan.write.iter().copied().find(key_refused);
+        let first_refused = write.iter().copied().find(key_refused);
         let first_refused = plan
             .refused
             .iter()
@@ -37,7 +92,7 @@ impl Writer {
             .min();
         // Positions (within the group) of the messages to write, split by what they need.
         let (mut rows_at, mut deletes_at) = (Vec::new(), Vec::new());
-        for &pos in &plan.write {
+        for pos in write {
             let op = row_op(&messages[idx[pos]]);
             if first_refused.is_some_and(|first| pos > first) {
                 failures.push((pos, held_back(idx[pos])));
@@ -160,13 +215,13 @@ impl Writer {
             ));
         }
         if batch.num_rows() == 0 && deletes.is_none() {
-            return Ok(GroupResult {
+            return Ok(Prepared::Done(GroupResult {
                 rows: 0,
                 committed: false,
                 counts_snapshot: false,
                 failures,
                 retry_left: false,
-            });
+            }));
         }
         let mut offsets = SourceOffsets::default();
         let mut bytes = 0;
@@ -177,7 +232,6 @@ impl Writer {
                 offsets.insert(source, offset);
             }
         }
-        let rows = batch.num_rows();
         let submission = Submission {
             batch,
             deletes,
@@ -186,21 +240,7 @@ impl Writer {
             offsets,
             together: party.take(),
         };
-        failpoint::hit(failpoint::names::BEFORE_SUBMIT);
-        // Messages held back to be retried: the calls after this one wait for them (see
-        // `commit::order`), unless a later call holds what this one waits for.
-        let complete = !plan.holds_later_calls_back(&failures);
-        let committed = handle
-            .committer
-            .submit(ticket, complete, claim, submission)
-            .await?;
-        Ok(GroupResult {
-            rows,
-            committed: true,
-            counts_snapshot: committed.counts_snapshot,
-            failures,
-            retry_left: false,
-        })
+        Ok(Prepared::Rows(submission, failures))
     }
 
     /// Schema evolution for messages that failed to shred against the view's schema:
