@@ -402,6 +402,7 @@ fn splice_alone(warehouse: &std::path::Path, position: u64) -> f64 {
             ))
             .build(),
         target_file_size: 512 << 20,
+        dictionaries_by_sample: false,
     };
     let t = Instant::now();
     let spliced =

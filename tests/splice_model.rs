@@ -261,6 +261,7 @@ fn random_settings(rng: &mut Rng, layout: &mut Vec<String>) -> FileSettings {
             .set_writer_version(version)
             .build(),
         target_file_size: 1 << 29,
+        dictionaries_by_sample: false,
     }
 }
 

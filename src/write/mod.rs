@@ -6,6 +6,7 @@
 //! properties, then floe's defaults) and fans rows out by partition.
 
 pub mod deletion_vector;
+pub mod dictionary;
 pub mod lineage;
 pub mod splice;
 
@@ -53,6 +54,9 @@ const DEFAULT_WRITE_BATCH_ROWS: usize = 1024;
 pub struct FileSettings {
     pub properties: WriterProperties,
     pub target_file_size: usize,
+    /// Each group's data files get a dictionary only on the columns whose values it
+    /// shrinks ([`dictionary`]); off when `parquet.dictionary` says what to do.
+    pub dictionaries_by_sample: bool,
 }
 
 fn table_prop<T: std::str::FromStr>(
@@ -179,6 +183,7 @@ pub fn file_settings(config: &ParquetConfig, metadata: &TableMetadata) -> Result
     Ok(FileSettings {
         properties: builder.build(),
         target_file_size,
+        dictionaries_by_sample: config.dictionary.is_none(),
     })
 }
 
@@ -252,6 +257,20 @@ pub async fn write_data_files(
     if batches.iter().all(|b| b.num_rows() == 0) {
         return Ok(Vec::new());
     }
+    let chosen;
+    let settings = match settings.dictionaries_by_sample {
+        true => {
+            chosen = FileSettings {
+                properties: dictionary::without_needless_dictionaries(
+                    &settings.properties,
+                    &batches,
+                ),
+                ..settings.clone()
+            };
+            &chosen
+        }
+        false => settings,
+    };
     let mut sink = DataFileSink::new(metadata, file_io, settings)?;
     // Each batch is given up once written: a group's rows are not held as Arrow and as
     // Parquet at once (unless the caller keeps them).
@@ -421,6 +440,7 @@ fn delete_file_settings(settings: &FileSettings) -> FileSettings {
             .set_dictionary_enabled(false)
             .build(),
         target_file_size: settings.target_file_size,
+        dictionaries_by_sample: false,
     }
 }
 

@@ -860,6 +860,7 @@ mod tests {
         FileSettings {
             properties: WriterProperties::builder().build(),
             target_file_size: 1 << 29,
+            dictionaries_by_sample: false,
         }
     }
 
