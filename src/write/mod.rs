@@ -265,7 +265,8 @@ pub async fn write_data_files(
                     &settings.properties,
                     &batches,
                 ),
-                ..settings.clone()
+                target_file_size: settings.target_file_size,
+                dictionaries_by_sample: false,
             };
             &chosen
         }
