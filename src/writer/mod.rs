@@ -592,10 +592,15 @@ impl Writer {
             let may_evolve = reshreds < MAX_RESHREDS;
             // Taken out of the plan, which outlives the commit: the positions are not.
             let write = std::mem::take(&mut plan.write);
+            let part = submit::Part {
+                handle: &handle,
+                messages,
+                idx,
+                plan: &plan,
+                may_evolve,
+            };
             let result = self
-                .shred_and_submit(
-                    ticket, &handle, claim, messages, idx, write, &plan, may_evolve, party,
-                )
+                .shred_and_submit(ticket, claim, part, write, party)
                 .await;
             match result {
                 Err(e)

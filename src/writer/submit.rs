@@ -4,6 +4,18 @@
 
 use super::*;
 
+/// One table's part of a call, as one attempt at it sees it.
+#[derive(Clone, Copy)]
+pub(super) struct Part<'a, 'm> {
+    pub(super) handle: &'a TableHandle,
+    pub(super) messages: &'a [Message<'m>],
+    /// The part's messages: indexes into `messages`, in order.
+    pub(super) idx: &'a [usize],
+    pub(super) plan: &'a WritePlan,
+    /// Whether messages that do not fit the schema may evolve it.
+    pub(super) may_evolve: bool,
+}
+
 /// What a table's part of a call hands its committer, or what it ended with instead.
 enum Prepared {
     /// Rows (or deletes) to commit, and the messages that failed on the way.
@@ -21,22 +33,15 @@ impl Writer {
     /// shredded rows, the key resolution, per-message positions: ~40 B a row besides the
     /// rows themselves) are gone while the call waits for its commit: a host with many
     /// calls in flight holds only what the committer holds.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn shred_and_submit(
         &self,
         ticket: Ticket,
-        handle: &TableHandle,
         claim: Claim,
-        messages: &[Message<'_>],
-        idx: &[usize],
+        part: Part<'_, '_>,
         write: Vec<usize>,
-        plan: &WritePlan,
-        may_evolve: bool,
         party: &mut Option<Party>,
     ) -> Result<GroupResult> {
-        let prepared = self
-            .prepare_submission(handle, messages, idx, write, plan, may_evolve, party)
-            .await?;
+        let prepared = self.prepare_submission(part, write, party).await?;
         let (submission, failures) = match prepared {
             Prepared::Rows(submission, failures) => (submission, failures),
             Prepared::Done(result) => return Ok(result),
@@ -45,8 +50,9 @@ impl Writer {
         failpoint::hit(failpoint::names::BEFORE_SUBMIT);
         // Messages held back to be retried: the calls after this one wait for them (see
         // `commit::order`), unless a later call holds what this one waits for.
-        let complete = !plan.holds_later_calls_back(&failures);
-        let committed = handle
+        let complete = !part.plan.holds_later_calls_back(&failures);
+        let committed = part
+            .handle
             .committer
             .submit(ticket, complete, claim, submission)
             .await?;
@@ -61,17 +67,19 @@ impl Writer {
 
     /// The submission of [`Self::shred_and_submit`]: the rows of the messages `write`,
     /// shredded (the schema evolved where they need it) and resolved by key.
-    #[allow(clippy::too_many_arguments)]
     async fn prepare_submission(
         &self,
-        handle: &TableHandle,
-        messages: &[Message<'_>],
-        idx: &[usize],
+        part: Part<'_, '_>,
         write: Vec<usize>,
-        plan: &WritePlan,
-        may_evolve: bool,
         party: &mut Option<Party>,
     ) -> Result<Prepared> {
+        let Part {
+            handle,
+            messages,
+            idx,
+            plan,
+            may_evolve,
+        } = part;
         let view = handle.committer.view();
         let schema_id = view.schema_id();
         let mut failures: Vec<(usize, Error)> = Vec::new();
