@@ -178,6 +178,22 @@ def file_input(path, batch_size, processors=None):
         """) + steps + f"  batching:\n    count: {batch_size}\n")
 
 
+
+def throttled_file_input(path, batch_size, rate):
+    """file_input at most `rate` operations a second, in bursts of four batches (so four
+    calls can still be in flight together), throttled inside the input (before its
+    batching), so message order is kept: a rate_limit in the pipeline would run on
+    several threads. Returns the input and the rate limit resource (top-level YAML)."""
+    burst = 4 * batch_size
+    reader = file_input(path, batch_size, "- rate_limit:\n    resource: file_rate\n")
+    return reader, textwrap.dedent(f"""\
+        rate_limit_resources:
+          - label: file_rate
+            local:
+              count: {burst}
+              interval: {1000 * burst // rate}ms
+        """)
+
 def write_lines(path, ops):
     with open(path, "w") as f:
         f.writelines(o.line() + "\n" for o in ops)

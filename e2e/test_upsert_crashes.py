@@ -17,8 +17,8 @@ import pytest
 from crash_trials import FLOE, Host
 from kafka_broker import KafkaBroker
 from keyed_streams import (STRATEGIES, check_table, committed_offsets, committed_state,
-                           differences, file_input, host_config, keyed_output, keyed_stream,
-                           model, run_seed, stream_shape, write_lines)
+                           differences, host_config, keyed_output, keyed_stream, model,
+                           run_seed, stream_shape, throttled_file_input, write_lines)
 from keyed_streams import java  # noqa: F401  (a fixture: pytest finds it in this module)
 
 KILLS = 5
@@ -63,21 +63,6 @@ def kafka_reader(bootstrap, topic, group):
           rebalance_timeout: 1s
           batching:
             count: {BATCH}
-        """)
-
-
-def throttled_file_input(path):
-    """file_input at most FILE_RATE operations a second, throttled inside the input
-    (before its batching), so message order is kept: a rate_limit in the pipeline would
-    run on several threads. Returns the input and the rate limit resource."""
-    burst = 4 * BATCH
-    reader = file_input(path, BATCH, "- rate_limit:\n    resource: file_rate\n")
-    return reader, textwrap.dedent(f"""\
-        rate_limit_resources:
-          - label: file_rate
-            local:
-              count: {burst}
-              interval: {1000 * burst // FILE_RATE}ms
         """)
 
 
@@ -134,7 +119,7 @@ def test_exactly_once_upserts_from_a_file_through_five_kills(tmp_path, services,
     write_lines(path, ops)
     table = f"eo_file_{strategy.replace('-', '_')}_{seed}"
     writer_id = f"file-{table}"
-    reader, rate_limit = throttled_file_input(path)
+    reader, rate_limit = throttled_file_input(path, BATCH, FILE_RATE)
     config = rate_limit + host_config(reader, keyed_output(
         services, table, strategy, (writer_id, "stream/partition-0", '${! json("n") }')))
 

@@ -12,9 +12,9 @@ import subprocess
 import pytest
 
 from crash_trials import FLOE, Host
-from keyed_streams import (STRATEGIES, check_table, file_input, host_config, keyed_output,
-                           keyed_stream, metric_sum, model, run_seed, scrape_until_acknowledged,
-                           stream_shape, write_lines)
+from keyed_streams import (STRATEGIES, check_table, host_config, keyed_output, keyed_stream,
+                           metric_sum, model, run_seed, scrape_until_acknowledged, stream_shape,
+                           throttled_file_input, write_lines)
 from keyed_streams import java  # noqa: F401  (a fixture: pytest finds it in this module)
 from services import free_ports
 
@@ -23,13 +23,18 @@ BATCHES = 80
 KEYS = 300
 # Disjoint key ranges, one per writer.
 WRITERS = {"a": 0, "b": 1_000_000}
+# Each writer reads at most this many operations a second, so the two run side by side
+# for seconds: unthrottled, a writer could commit its 2,000 operations before the other
+# process had started, and nothing conflicted (seen once in four runs).
+FILE_RATE = 500
 
 
 def start_writer(tmp_path, services, table, strategy, writer, ops, port):
     """One host writing `ops` from a file, serving its metrics on `port`."""
     path = tmp_path / f"{writer}.ndjson"
     write_lines(path, ops)
-    config = host_config(file_input(path, BATCH), keyed_output(services, table, strategy), port)
+    reader, rate_limit = throttled_file_input(path, BATCH, FILE_RATE)
+    config = rate_limit + host_config(reader, keyed_output(services, table, strategy), port)
     return Host(str(tmp_path), f"writer-{writer}", FLOE, config), port
 
 
