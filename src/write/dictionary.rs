@@ -43,7 +43,12 @@ pub fn without_needless_dictionaries(
     let Some(first) = batches.first() else {
         return properties.clone();
     };
-    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    // A group's batches share the table's current schema; any other is not sampled.
+    let sampled: Vec<&RecordBatch> = batches
+        .iter()
+        .filter(|b| b.schema_ref() == first.schema_ref())
+        .collect();
+    let rows: usize = sampled.iter().map(|b| b.num_rows()).sum();
     let stride = rows.div_ceil(SAMPLE_VALUES).max(1);
     let mut builder = None;
     for (c, field) in first.schema().fields().iter().enumerate() {
@@ -51,11 +56,7 @@ pub fn without_needless_dictionaries(
         if field.data_type().is_nested() || !properties.dictionary_enabled(&path) {
             continue;
         }
-        // A group's batches share the table's current schema; any other is not sampled.
-        let columns = batches
-            .iter()
-            .filter(|b| b.schema_ref() == first.schema_ref())
-            .map(|b| b.column(c));
+        let columns = sampled.iter().map(|b| b.column(c));
         if dictionary_pays(columns, stride) == Some(false) {
             let mut b = builder.unwrap_or_else(|| properties.clone().into_builder());
             if properties.encoding(&path).is_none() {
