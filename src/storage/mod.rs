@@ -2,7 +2,8 @@
 //!
 //! The scheme of each path picks the backend (`file://` or `s3://`), so one `FileIO`
 //! serves a catalog whose tables live in either. S3 paths go through operators kept per
-//! bucket ([`s3`]); the others through iceberg-storage-opendal.
+//! bucket ([`s3`]); the others through iceberg-storage-opendal (local files read at
+//! their own size: [`local`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use iceberg::io::{FileIO, FileIOBuilder};
 
+mod local;
 mod s3;
 
 use crate::config::{AzureConfig, GcsConfig, GcsCredentialsType, StorageConfig};

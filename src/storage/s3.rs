@@ -306,6 +306,9 @@ impl Storage for FloeStorage {
                 let bytes = op.read(key).await.map_err(|e| bucket.failed(e))?;
                 Ok(bytes.to_bytes())
             }
+            Route::Other(other) if super::local::is_local(path) => {
+                Ok(super::local::exact(other.read(path).await?))
+            }
             Route::Other(other) => other.read(path).await,
         }
     }
@@ -315,6 +318,10 @@ impl Storage for FloeStorage {
             Route::S3 { op, key, bucket } => {
                 let reader = op.reader(key).await.map_err(|e| bucket.failed(e))?;
                 Ok(Box::new(S3Reader(reader, bucket)))
+            }
+            Route::Other(other) if super::local::is_local(path) => {
+                let reader = other.reader(path).await?;
+                Ok(Box::new(super::local::ExactReader(reader)))
             }
             Route::Other(other) => other.reader(path).await,
         }
@@ -357,10 +364,15 @@ impl Storage for FloeStorage {
         self.others()?.delete_stream(paths).await
     }
 
-    /// An S3 path is only checked here: the file's reads route it again.
+    /// An S3 path is only checked here: the file's reads route it again. So are local
+    /// paths, whose reads are copied to their own length (see [`super::local`]).
     fn new_input(&self, path: &str) -> Result<InputFile> {
         match s3_path(path) {
             Some(at) => at.map(|_| InputFile::new(Arc::new(self.clone()), path.to_string())),
+            None if super::local::is_local(path) => {
+                self.others()?.new_input(path)?;
+                Ok(InputFile::new(Arc::new(self.clone()), path.to_string()))
+            }
             None => self.others()?.new_input(path),
         }
     }
