@@ -8,6 +8,10 @@
 //! after every round (iceberg-rust's scan) and at the end (DuckDB, and pyiceberg where it
 //! reads the table's deletes). A failure prints the seed, the round and the history of the
 //! first key that differs. `FLOE_ORDER_SEEDS` sets how many seeds (default 6 per strategy).
+//!
+//! The same runs with 16 calls in flight and groups of at most 4 KB of JSON: more calls
+//! than may wait shredded for the encoder, so calls wait for room to shred while calls
+//! after them hold it, waiting their turn (`commit::committer::gate`).
 
 mod support;
 
@@ -27,8 +31,25 @@ type Model = BTreeMap<i64, Vec<String>>;
 
 /// Keys every call upserts and deletes; the large calls also insert cold keys above them.
 const HOT_KEYS: u64 = 6;
-const CALLS_PER_ROUND: usize = 4;
 const ROUNDS: usize = 8;
+
+/// Calls in flight together, and the group limit in JSON bytes (`None`: floe's).
+#[derive(Clone, Copy)]
+struct Shape {
+    calls: usize,
+    max_group_bytes: Option<usize>,
+}
+
+const FOUR_CALLS: Shape = Shape {
+    calls: 4,
+    max_group_bytes: None,
+};
+
+/// Enough calls, and small enough groups, that calls wait for room to shred.
+const LITTLE_ROOM: Shape = Shape {
+    calls: 16,
+    max_group_bytes: Some(4096),
+};
 
 /// Calls that had messages to retry (held back behind rows that failed): the test must
 /// have gone through that path to prove order through it.
@@ -43,7 +64,7 @@ fn random_call(rng: &mut Rng, model: &mut Model, round: usize, call: usize) -> V
     if call == 0 || rng.below(4) == 0 {
         // A large call: slow to shred, so the small ones after it finish first.
         for i in 0..1500 + rng.below(1500) {
-            let id = 1_000_000 + (round * 10 + call) as i64 * 10_000 + i as i64;
+            let id = 1_000_000 + (round * 100 + call) as i64 * 10_000 + i as i64;
             let v = format!("r{round}c{call}cold{i}");
             model.insert(id, vec![v.clone()]);
             ops.push(("insert", json!({"id": id, "v": v, "n": i}).to_string()));
@@ -148,29 +169,32 @@ fn explain(
     )
 }
 
-fn run_seed(seed: u64, strategy: &str) -> Result<(), String> {
+fn run_seed(seed: u64, strategy: &str, shape: Shape) -> Result<(), String> {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
     let wh = dir.path().join("wh");
-    let cfg = json!({
+    let mut cfg = json!({
         "catalog": {"warehouse": wh.to_str().unwrap()},
         "namespace": "o", "table": "t",
         "identifier_fields": ["id"],
         "merge_strategy": strategy,
-        "max_in_flight": CALLS_PER_ROUND,
+        "max_in_flight": shape.calls,
         "schema_evolution": {"enabled": true, "schema": {"type": "struct", "schema-id": 0, "fields": [
             {"id": 1, "name": "id", "required": true, "type": "long"},
             {"id": 2, "name": "v", "required": false, "type": "string"},
             {"id": 3, "name": "n", "required": false, "type": "long"}
         ]}},
     });
+    if let Some(bytes) = shape.max_group_bytes {
+        cfg["commit"] = json!({"max_group_bytes": bytes});
+    }
     let config = Config::from_json(&cfg.to_string()).unwrap();
     let writer = Arc::new(rt.block_on(Writer::open(config.clone())).unwrap());
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut model = Model::new();
     let mut history = Vec::new();
     for round in 0..ROUNDS {
-        let calls: Vec<Vec<Op>> = (0..CALLS_PER_ROUND)
+        let calls: Vec<Vec<Op>> = (0..shape.calls)
             .map(|call| random_call(&mut rng, &mut model, round, call))
             .collect();
         for (call, ops) in calls.iter().enumerate() {
@@ -189,6 +213,11 @@ fn run_seed(seed: u64, strategy: &str) -> Result<(), String> {
                 explain(&got, &want, &history)
             ));
         }
+    }
+    if shape.max_group_bytes.is_some() && writer.stats().waited_to_shred == 0 {
+        return Err(format!(
+            "seed {seed}, {strategy}: no call waited for room to shred"
+        ));
     }
     let ident = floe::catalog::table_ident("o", "t").unwrap();
     let table = rt
@@ -231,15 +260,21 @@ fn seeds() -> u64 {
         .unwrap_or(6)
 }
 
-fn every_seed(strategy: &str) {
-    let failures: Vec<String> = (1..=seeds())
-        .filter_map(|seed| run_seed(seed, strategy).err())
+/// Each shape's seeds: a third of them with little room (its rounds take four times as
+/// many calls), other seeds than the first shape's.
+fn every_seed(strategy: &str, shape: Shape) {
+    let seeds = match shape.max_group_bytes {
+        None => 1..=seeds(),
+        Some(_) => 1001..=1000 + seeds().div_ceil(3),
+    };
+    let count = seeds.clone().count();
+    let failures: Vec<String> = seeds
+        .filter_map(|seed| run_seed(seed, strategy, shape).err())
         .collect();
     assert!(
         failures.is_empty(),
-        "{} of {} seeds failed:\n{}",
+        "{} of {count} seeds failed:\n{}",
         failures.len(),
-        seeds(),
         failures.join("\n\n")
     );
     // The tests of one binary share the counter; each strategy adds columns, so each
@@ -252,15 +287,30 @@ fn every_seed(strategy: &str) {
 
 #[test]
 fn copy_on_write_keeps_each_keys_order_across_calls_in_flight() {
-    every_seed("copy-on-write");
+    every_seed("copy-on-write", FOUR_CALLS);
+}
+
+#[test]
+fn copy_on_write_keeps_each_keys_order_while_calls_wait_for_room_to_shred() {
+    every_seed("copy-on-write", LITTLE_ROOM);
 }
 
 #[test]
 fn positional_keeps_each_keys_order_across_calls_in_flight() {
-    every_seed("merge-on-read-positional");
+    every_seed("merge-on-read-positional", FOUR_CALLS);
+}
+
+#[test]
+fn positional_keeps_each_keys_order_while_calls_wait_for_room_to_shred() {
+    every_seed("merge-on-read-positional", LITTLE_ROOM);
 }
 
 #[test]
 fn merge_on_read_keeps_each_keys_order_across_calls_in_flight() {
-    every_seed("merge-on-read");
+    every_seed("merge-on-read", FOUR_CALLS);
+}
+
+#[test]
+fn merge_on_read_keeps_each_keys_order_while_calls_wait_for_room_to_shred() {
+    every_seed("merge-on-read", LITTLE_ROOM);
 }

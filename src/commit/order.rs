@@ -170,6 +170,22 @@ impl Order {
         }
     }
 
+    /// Whether an ordered call could hand its rows for `table` in now (see
+    /// [`Self::admit`]): every call before it has. `false` for [`UNORDERED`] calls,
+    /// which never wait for others.
+    pub fn may_hand_in(&self, ticket: Ticket, table: &TableIdent) -> bool {
+        if ticket == UNORDERED {
+            return false;
+        }
+        let state = self.state.locked();
+        !state.calls.contains_key(&ticket) || state.is_turn(ticket, table)
+    }
+
+    /// Notified whenever [`Self::may_hand_in`] may have changed its answer.
+    pub fn changed(&self) -> &Notify {
+        &self.changed
+    }
+
     /// The call's attempt at `table` ended and left nothing to retry there.
     pub fn settle(&self, ticket: Ticket, table: &TableIdent) {
         if ticket == UNORDERED {

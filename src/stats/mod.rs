@@ -25,6 +25,7 @@ pub struct WriterStats {
     write_latency: Mutex<LatencyHistogram>,
     catalog_latency: Mutex<LatencyHistogram>,
     events: Mutex<EventLog>,
+    waited_to_shred: AtomicU64,
 }
 
 impl std::fmt::Debug for WriterStats {
@@ -52,6 +53,9 @@ pub struct StatsSnapshot {
     /// Median time of the catalog's answer to one commit request: with `commit_p50`,
     /// says whether a commit waits on the catalog or on floe's own metadata writes.
     pub catalog_p50: Duration,
+    /// Table parts of calls that waited for room to shred (rows of other calls waiting
+    /// for the encoder filled it; see `commit::committer::gate`).
+    pub waited_to_shred: u64,
 }
 
 impl WriterStats {
@@ -80,6 +84,11 @@ impl WriterStats {
         self.events.locked().push(event);
     }
 
+    /// A call's part waited for room to shred.
+    pub fn waited_to_shred(&self) {
+        self.waited_to_shred.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Takes up to `max` of the oldest events not taken yet.
     pub fn drain_events(&self, max: usize) -> Vec<Event> {
         self.events.locked().drain(max)
@@ -105,6 +114,7 @@ impl WriterStats {
             commit_max: latency.max,
             write_p50,
             catalog_p50,
+            waited_to_shred: self.waited_to_shred.load(Ordering::Relaxed),
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::catalog::rest::RestCatalog;
 use crate::catalog::sql::SqlCatalog;
 use crate::catalog::{Catalog, LoadedTable, NewTable, table_ident};
 use crate::commit::committer::{
-    Claim, CommitterOptions, Submission, TableCommitter, TableView, Verdict,
+    Claim, CommitterOptions, Room, Submission, TableCommitter, TableView, Verdict,
     check_merge_on_read_keys,
 };
 use crate::commit::offsets::SourceOffsets;
@@ -585,7 +585,15 @@ impl Writer {
         // again, they would commit alone.
         let mut reshreds = 0;
         let linked = party.is_some();
+        // Rows wait as JSON, not Arrow, while enough of the table's wait shredded (see
+        // `commit::committer::gate`). The room is taken before the claim: a call waiting
+        // for room must hold no exactly-once position another call may wait for.
+        let bytes = idx.iter().map(|&i| messages[i].payload.len()).sum();
         let (result, plan) = loop {
+            let room = handle
+                .committer
+                .room_to_shred(ticket, bytes, party.is_some())
+                .await;
             let (claim, mut plan) = self
                 .plan_checked(ticket, ident, &handle, messages, idx)
                 .await?;
@@ -600,7 +608,7 @@ impl Writer {
                 may_evolve,
             };
             let result = self
-                .shred_and_submit(ticket, claim, part, write, party)
+                .shred_and_submit(ticket, (room, claim), part, write, party)
                 .await;
             match result {
                 Err(e)

@@ -19,7 +19,7 @@ pub(super) struct Part<'a, 'm> {
 /// What a table's part of a call hands its committer, or what it ended with instead.
 enum Prepared {
     /// Rows (or deletes) to commit, and the messages that failed on the way.
-    Rows(Submission, Vec<(usize, Error)>),
+    Rows(Box<Submission>, Vec<(usize, Error)>),
     /// Nothing to commit: the part's result as it stands.
     Done(GroupResult),
 }
@@ -36,16 +36,17 @@ impl Writer {
     pub(super) async fn shred_and_submit(
         &self,
         ticket: Ticket,
-        claim: Claim,
+        (room, claim): (Room, Claim),
         part: Part<'_, '_>,
         write: Vec<usize>,
         party: &mut Option<Party>,
     ) -> Result<GroupResult> {
         let prepared = self.prepare_submission(part, write, party).await?;
-        let (submission, failures) = match prepared {
-            Prepared::Rows(submission, failures) => (submission, failures),
+        let (mut submission, failures) = match prepared {
+            Prepared::Rows(submission, failures) => (*submission, failures),
             Prepared::Done(result) => return Ok(result),
         };
+        submission.room = Some(room);
         let rows = submission.batch.num_rows();
         failpoint::hit(failpoint::names::BEFORE_SUBMIT);
         // Messages held back to be retried: the calls after this one wait for them (see
@@ -247,8 +248,9 @@ impl Writer {
             schema_id,
             offsets,
             together: party.take(),
+            room: None,
         };
-        Ok(Prepared::Rows(submission, failures))
+        Ok(Prepared::Rows(Box::new(submission), failures))
     }
 
     /// Schema evolution for messages that failed to shred against the view's schema:

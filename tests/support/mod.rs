@@ -467,8 +467,17 @@ where
             rt.spawn(write(writer.clone(), ticket, call))
         })
         .collect();
-    let outcomes: Vec<Result<(), String>> =
-        tasks.into_iter().map(|t| rt.block_on(t).unwrap()).collect();
+    // A call that never returns (a deadlock) fails the test instead of hanging it.
+    let bound = std::time::Duration::from_secs(300);
+    let outcomes: Vec<Result<(), String>> = tasks
+        .into_iter()
+        .map(
+            |t| match rt.block_on(async { tokio::time::timeout(bound, t).await }) {
+                Ok(outcome) => outcome.unwrap(),
+                Err(_) => Err(format!("a call did not return within {bound:?}")),
+            },
+        )
+        .collect();
     outcomes.into_iter().collect()
 }
 

@@ -21,6 +21,7 @@ use crate::stats::EventKind;
 use crate::write::{write_data_files, write_equality_delete_files};
 
 use super::credentials::Refusals;
+use super::gate::ShredGate;
 use super::schedule::Pace;
 use super::schedule::{Gathering, Plan, collect};
 use super::{
@@ -29,7 +30,7 @@ use super::{
 };
 
 pub(super) async fn encode_loop(
-    mut queue: mpsc::UnboundedReceiver<Pending>,
+    (mut queue, gate): (mpsc::UnboundedReceiver<Pending>, Arc<ShredGate>),
     encoded: mpsc::Sender<EncodedGroup>,
     view: watch::Receiver<Arc<TableView>>,
     pace: Arc<Mutex<Pace>>,
@@ -72,7 +73,7 @@ pub(super) async fn encode_loop(
                 Some(Gathering::new(callers, commit, ended))
             }
         };
-        let group = collect(first, &mut queue, &mut carry, &options, gathering).await;
+        let group = collect(first, &mut queue, &mut carry, (&options, &gate), gathering).await;
         let current = view.borrow().clone();
         let ident = current.table.ident.clone();
         let schema_id = current.schema_id();
@@ -144,11 +145,13 @@ pub(super) async fn encode_loop(
 /// Gives up the pendings' rows once the group's rows are taken from them: nothing reads
 /// a pending's batch afterwards (a call that fails shreds its messages again), and the
 /// writer drops each batch as it is written, so a group's rows are not held as Arrow and
-/// as Parquet at once, nor as Arrow while the group waits for its commit.
+/// as Parquet at once, nor as Arrow while the group waits for its commit. Their room
+/// goes to calls waiting to shred.
 fn release_rows(pendings: &mut [Pending]) {
     for p in pendings {
         p.submission.batch = RecordBatch::new_empty(p.submission.batch.schema());
         p.submission.deletes = None;
+        p.submission.room = None;
     }
 }
 

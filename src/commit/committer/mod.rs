@@ -19,6 +19,7 @@
 //! [`TableCommitter::claim_positions`] which of its messages to write.
 //!
 //! - `schedule`: when the encoder takes what waits as one group;
+//! - `gate`: how many calls' shredded rows wait for the encoder;
 //! - `encode`: writing a group's rows as data files (and equality deletes);
 //! - `stage`: committing ready groups, retries, expiry;
 //! - `ledger`: exactly-once claims;
@@ -29,6 +30,7 @@
 mod backoff;
 mod credentials;
 mod encode;
+mod gate;
 mod ledger;
 mod schedule;
 mod stage;
@@ -58,6 +60,8 @@ use crate::table::key_index::{KeyIndex, KeySignature};
 use crate::table::manifest_cache::ManifestCache;
 
 use encode::encode_loop;
+pub use gate::Room;
+use gate::ShredGate;
 pub use ledger::{Claim, Claimed, Ledger, Verdict};
 use schedule::Pace;
 use stage::CommitStage;
@@ -145,6 +149,9 @@ pub struct Submission {
     /// The call's transaction across tables (`commit.atomic_tables`), when its rows go
     /// to several: they commit with the other tables' rows or not at all.
     pub together: Option<Party>,
+    /// The room the rows take while they wait for the encoder (see
+    /// [`TableCommitter::room_to_shred`]); given back once it takes them.
+    pub room: Option<Room>,
 }
 
 /// Where a submission's rows went.
@@ -190,6 +197,8 @@ pub struct TableCommitter {
     next_claim: AtomicU64,
     /// Submissions handed in and not answered yet (see [`Self::is_quiet`]).
     unanswered: Arc<AtomicU64>,
+    /// What waits shredded for the encoder (see [`Self::room_to_shred`]).
+    gate: Arc<ShredGate>,
 }
 
 /// One submission in a committer's count of unanswered ones, from when it is handed in
@@ -242,8 +251,9 @@ impl TableCommitter {
         );
         let pace = Arc::new(Mutex::new(Pace::default()));
         let (commits_done, commits_done_rx) = watch::channel(0u64);
+        let gate = Arc::new(ShredGate::new(options.max_group_bytes));
         tokio::spawn(encode_loop(
-            queue_rx,
+            (queue_rx, gate.clone()),
             encoded_tx,
             view_rx.clone(),
             pace.clone(),
@@ -278,6 +288,7 @@ impl TableCommitter {
             ledger,
             next_claim: AtomicU64::new(1),
             unanswered: Arc::default(),
+            gate,
         })
     }
 
@@ -285,6 +296,20 @@ impl TableCommitter {
     /// may be behind the commit stage's own).
     pub fn view(&self) -> Arc<TableView> {
         self.view.borrow().clone()
+    }
+
+    /// Waits until the call `ticket` may shred `bytes` of JSON for this table (see
+    /// [`gate`]): at once when few rows wait for the encoder, when it is the call's turn
+    /// to hand its rows in, or when they commit `together` with other tables'.
+    pub async fn room_to_shred(&self, ticket: Ticket, bytes: usize, together: bool) -> Room {
+        let order = &self.options.order;
+        let ident = self.view().table.ident.clone();
+        let may_pass = || together || order.may_hand_in(ticket, &ident);
+        let (room, waited) = self.gate.enter(bytes, may_pass, order.changed()).await;
+        if waited {
+            self.options.stats.waited_to_shred();
+        }
+        room
     }
 
     /// Takes in a newer table loaded or committed outside the commit stage (a schema

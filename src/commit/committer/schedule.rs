@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::gate::ShredGate;
 use super::{CommitterOptions, Pending};
 use tokio::sync::mpsc;
 
@@ -141,7 +142,7 @@ pub(super) async fn collect(
     first: Pending,
     queue: &mut mpsc::UnboundedReceiver<Pending>,
     carry: &mut Option<Pending>,
-    options: &CommitterOptions,
+    (options, gate): (&CommitterOptions, &ShredGate),
     gathering: Option<Gathering>,
 ) -> Vec<Pending> {
     let mut rows = first.submission.batch.num_rows();
@@ -157,8 +158,10 @@ pub(super) async fn collect(
             Ok(p) => Some(p),
             Err(_) => {
                 let now = Instant::now();
+                // Callers that wait for room to shred come only once this group is
+                // taken: gathering stops.
                 let gather_until = match gathering {
-                    Some(g) if !g.complete(group.len()) => g.next_deadline(now),
+                    Some(g) if !g.complete(group.len()) && !gate.is_full() => g.next_deadline(now),
                     _ => now,
                 };
                 let until = linger_until.max(gather_until);
@@ -222,6 +225,7 @@ mod tests {
                 schema_id: 0,
                 offsets: SourceOffsets::default(),
                 together: None,
+                room: None,
             },
             reply: Some(oneshot::channel().0),
         }
@@ -273,7 +277,7 @@ mod tests {
             first,
             &mut rx,
             &mut carry,
-            &options(0, 70, usize::MAX),
+            (&options(0, 70, usize::MAX), &ShredGate::default()),
             None,
         )
         .await;
@@ -290,7 +294,15 @@ mod tests {
         }
         let mut carry = None;
         let first = rx.recv().await.unwrap();
-        let group = collect(first, &mut rx, &mut carry, &options(0, 100, 2_500), None).await;
+        let open = ShredGate::default();
+        let group = collect(
+            first,
+            &mut rx,
+            &mut carry,
+            (&options(0, 100, 2_500), &open),
+            None,
+        )
+        .await;
         assert_eq!(group.len(), 2);
         assert!(carry.is_some());
     }
@@ -308,7 +320,7 @@ mod tests {
             pending(1, 10),
             &mut rx,
             &mut carry,
-            &options(0, 100, 1_000),
+            (&options(0, 100, 1_000), &ShredGate::default()),
             None,
         )
         .await;
@@ -317,7 +329,7 @@ mod tests {
             pending(1, 10),
             &mut rx,
             &mut carry,
-            &options(200, 100, 1_000),
+            (&options(200, 100, 1_000), &ShredGate::default()),
             None,
         )
         .await;
@@ -337,13 +349,14 @@ mod tests {
             })
         };
         let opts = options(0, 100, 1_000);
+        let open = ShredGate::default();
         let commit = Duration::from_millis(200);
 
         // Unknown number of callers: only what arrives within a millisecond joins.
         let (tx, mut rx) = mpsc::unbounded_channel();
         spaced(tx.clone());
         let g = Gathering::new(None, commit, Instant::now());
-        let group = collect(pending(1, 10), &mut rx, &mut None, &opts, Some(g)).await;
+        let group = collect(pending(1, 10), &mut rx, &mut None, (&opts, &open), Some(g)).await;
         assert_eq!(sizes(&group), vec![1]);
         drop((tx, rx));
 
@@ -352,7 +365,7 @@ mod tests {
         spaced(tx.clone());
         let t0 = Instant::now();
         let g = Gathering::new(Some(3), commit, t0);
-        let group = collect(pending(1, 10), &mut rx, &mut None, &opts, Some(g)).await;
+        let group = collect(pending(1, 10), &mut rx, &mut None, (&opts, &open), Some(g)).await;
         assert_eq!(sizes(&group), vec![1, 2, 3]);
         assert!(t0.elapsed() < commit, "waited past the last caller");
 
@@ -360,10 +373,26 @@ mod tests {
         let (tx2, mut rx2) = mpsc::unbounded_channel::<Pending>();
         let t0 = Instant::now();
         let g = Gathering::new(Some(3), Duration::from_millis(30), t0);
-        let group = collect(pending(1, 10), &mut rx2, &mut None, &opts, Some(g)).await;
+        let group = collect(pending(1, 10), &mut rx2, &mut None, (&opts, &open), Some(g)).await;
         assert_eq!(sizes(&group), vec![1]);
         assert!(t0.elapsed() >= Duration::from_millis(30));
         drop((tx, tx2));
+
+        // Callers waiting for room to shred cannot come until the group is taken: a
+        // full gate ends the gathering at once.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        spaced(tx.clone());
+        let full = Arc::new(ShredGate::default());
+        let _rooms = full.fill().await;
+        let t0 = Instant::now();
+        let g = Gathering::new(Some(3), commit, t0);
+        let group = collect(pending(1, 10), &mut rx, &mut None, (&opts, &full), Some(g)).await;
+        assert_eq!(sizes(&group), vec![1]);
+        assert!(
+            t0.elapsed() < Duration::from_millis(10),
+            "waited for callers that cannot come"
+        );
+        drop(tx);
     }
 
     #[test]
