@@ -8,7 +8,8 @@
 //! and the decompressing of that page by every reader and by each copy-on-write splice.
 //! Parquet's Java writer avoids it by checking at its first page whether the dictionary
 //! pays, and dropping it when not; floe decides the same way before a group's files are
-//! opened, from the group's own values (a group's rows become one file per partition).
+//! opened, from the group's own values (a group's rows become one file per partition),
+//! and for a copy-on-write rewrite, which streams, from the first rows it keeps.
 //!
 //! A column without a dictionary is written PLAIN (unless `parquet.string_encoding`
 //! says otherwise), as the Java writer's version-1 files are, not in the delta encodings

@@ -230,19 +230,38 @@ fn rolling_parquet(
     file_io: &FileIO,
     settings: &FileSettings,
 ) -> Result<RollingParquet> {
-    let parquet = ParquetWriterBuilder::new(settings.properties.clone(), schema.clone());
-    let names = DefaultFileNameGenerator::new(
-        format!("00000-{}{suffix}", uuid::Uuid::new_v4()),
-        None,
-        DataFileFormat::Parquet,
-    );
-    Ok(RollingFileWriterBuilder::new(
-        parquet,
-        settings.target_file_size,
-        file_io.clone(),
-        DefaultLocationGenerator::new(metadata)?,
-        names,
-    ))
+    let place = FilePlace {
+        schema: schema.clone(),
+        location: DefaultLocationGenerator::new(metadata)?,
+        file_io: file_io.clone(),
+    };
+    Ok(place.rolling(suffix, settings))
+}
+
+/// Where a sink's files go and what they hold, to open its writers with settings chosen
+/// later (see [`DataFileSink::write`]).
+struct FilePlace {
+    schema: iceberg::spec::SchemaRef,
+    location: DefaultLocationGenerator,
+    file_io: FileIO,
+}
+
+impl FilePlace {
+    fn rolling(&self, suffix: &str, settings: &FileSettings) -> RollingParquet {
+        let parquet = ParquetWriterBuilder::new(settings.properties.clone(), self.schema.clone());
+        let names = DefaultFileNameGenerator::new(
+            format!("00000-{}{suffix}", uuid::Uuid::new_v4()),
+            None,
+            DataFileFormat::Parquet,
+        );
+        RollingFileWriterBuilder::new(
+            parquet,
+            settings.target_file_size,
+            self.file_io.clone(),
+            self.location.clone(),
+            names,
+        )
+    }
 }
 
 /// Writes `batches` (already in the table's current schema) as data files: the rows of
@@ -287,20 +306,28 @@ type DataWriter = iceberg::writer::base_writer::data_file_writer::DataFileWriter
     DefaultFileNameGenerator,
 >;
 
+type DataWriterBuilder =
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+
 /// Data files fed batch by batch: one rolling writer per partition of the table's default
 /// spec, opened when its first row arrives. Memory holds each open file's current row
 /// group (encoded), never the rows already written; copy-on-write streams rewritten files
 /// through it.
 pub struct DataFileSink {
-    builder: DataFileWriterBuilder<
-        ParquetWriterBuilder,
-        DefaultLocationGenerator,
-        DefaultFileNameGenerator,
-    >,
+    builder: Built,
     splitter: Option<RecordBatchPartitionSplitter>,
     /// One writer per partition key, in first-seen order.
     writers: Vec<DataWriter>,
     index: HashMap<iceberg::spec::Struct, usize>,
+}
+
+/// A sink's writer settings: chosen, or to be chosen from its first rows.
+enum Built {
+    Now(DataWriterBuilder),
+    /// With [`FileSettings::dictionaries_by_sample`]: a sink fed a stream (a
+    /// copy-on-write rewrite) has no group to sample before its files open, so its
+    /// first batch is the sample.
+    AtFirstRows(FilePlace, FileSettings),
 }
 
 impl DataFileSink {
@@ -334,7 +361,15 @@ impl DataFileSink {
         file_io: &FileIO,
         settings: &FileSettings,
     ) -> Result<Self> {
-        let rolling = rolling_parquet(&schema, "", metadata, file_io, settings)?;
+        let place = FilePlace {
+            schema: schema.clone(),
+            location: DefaultLocationGenerator::new(metadata)?,
+            file_io: file_io.clone(),
+        };
+        let builder = match settings.dictionaries_by_sample {
+            true => Built::AtFirstRows(place, settings.clone()),
+            false => Built::Now(DataFileWriterBuilder::new(place.rolling("", settings))),
+        };
         let spec = metadata.default_partition_spec();
         let splitter = if spec.is_unpartitioned() {
             None
@@ -345,11 +380,25 @@ impl DataFileSink {
             )?)
         };
         Ok(DataFileSink {
-            builder: DataFileWriterBuilder::new(rolling),
+            builder,
             splitter,
             writers: Vec::new(),
             index: HashMap::new(),
         })
+    }
+
+    /// Chooses the writers' settings from `batch` (the first rows) when still to choose.
+    fn choose_settings(&mut self, batch: &RecordBatch) {
+        if let Built::AtFirstRows(place, settings) = &self.builder {
+            let sampled = FileSettings {
+                properties: dictionary::without_needless_dictionaries(
+                    &settings.properties,
+                    std::slice::from_ref(batch),
+                ),
+                ..settings.clone()
+            };
+            self.builder = Built::Now(DataFileWriterBuilder::new(place.rolling("", &sampled)));
+        }
     }
 
     /// Writes `batch`'s rows (in the table's current schema).
@@ -357,9 +406,15 @@ impl DataFileSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
+        self.choose_settings(batch);
+        let Built::Now(builder) = &self.builder else {
+            return Err(Error::internal(
+                "a data file sink's settings were not chosen",
+            ));
+        };
         let Some(splitter) = &self.splitter else {
             if self.writers.is_empty() {
-                self.writers.push(self.builder.build(None).await?);
+                self.writers.push(builder.build(None).await?);
             }
             return Ok(self.writers[0].write(batch.clone()).await?);
         };
@@ -367,8 +422,7 @@ impl DataFileSink {
             let slot = match self.index.get(key.data()) {
                 Some(&i) => i,
                 None => {
-                    self.writers
-                        .push(self.builder.build(Some(key.clone())).await?);
+                    self.writers.push(builder.build(Some(key.clone())).await?);
                     self.index
                         .insert(key.data().clone(), self.writers.len() - 1);
                     self.writers.len() - 1
@@ -631,6 +685,60 @@ mod tests {
             );
             let id = ColumnPath::new(vec!["id".into()]);
             assert_eq!(settings.properties.encoding(&id), None);
+        }
+    }
+
+    /// A sink fed a stream (copy-on-write's merging rewrite) chooses its dictionaries
+    /// from its first rows, as a group's data files do from the group: a column of
+    /// distinct values is written without one, a column of few values keeps it.
+    #[tokio::test]
+    async fn a_streamed_sink_chooses_its_dictionaries_from_its_first_rows() {
+        let mut json = serde_json::to_value(crate::fixture::table("{}", 2, "", "")).unwrap();
+        json["location"] = "memory:/t".into();
+        json["schemas"][0] = serde_json::json!({"type": "struct", "schema-id": 0, "fields": [
+            {"id": 1, "name": "distinct", "required": true, "type": "string"},
+            {"id": 2, "name": "few", "required": true, "type": "string"}]});
+        json["last-column-id"] = 2.into();
+        let table: TableMetadata = serde_json::from_value(json).unwrap();
+        let arrow = std::sync::Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(table.current_schema()).unwrap(),
+        );
+        let batch = |from: usize| {
+            let distinct: Vec<String> = (from..from + 1_000)
+                .map(|i| format!("row-{i:08}"))
+                .collect();
+            let few: Vec<&str> = (0..1_000).map(|i| ["a", "b"][i % 2]).collect();
+            RecordBatch::try_new(
+                arrow.clone(),
+                vec![
+                    std::sync::Arc::new(arrow_array::StringArray::from(distinct)),
+                    std::sync::Arc::new(arrow_array::StringArray::from(few)),
+                ],
+            )
+            .unwrap()
+        };
+        let settings = file_settings(&ParquetConfig::default(), &table).unwrap();
+        assert!(settings.dictionaries_by_sample);
+        let io = FileIO::new_with_memory();
+        let mut sink = DataFileSink::new(&table, &io, &settings).unwrap();
+        sink.write(&batch(0)).await.unwrap();
+        sink.write(&batch(1_000)).await.unwrap();
+        let files = sink.close().await.unwrap();
+        assert_eq!(files.len(), 1);
+        let bytes = io
+            .new_input(files[0].file_path())
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        let reader = parquet::file::reader::SerializedFileReader::new(bytes).unwrap();
+        use parquet::file::reader::FileReader;
+        let metadata = reader.metadata();
+        assert_eq!(metadata.file_metadata().num_rows(), 2_000);
+        for group in metadata.row_groups() {
+            let has_dictionary = |c: usize| group.column(c).dictionary_page_offset().is_some();
+            assert!(!has_dictionary(0), "distinct values got a dictionary");
+            assert!(has_dictionary(1), "two values lost their dictionary");
         }
     }
 
