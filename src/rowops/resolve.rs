@@ -7,7 +7,7 @@
 //! data holds only rows that survive every later operation in the same commit, and that
 //! its deletes name every key any upsert or delete touched.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use arrow_array::{Array, BooleanArray, RecordBatch};
 use arrow_row::{Row, Rows};
@@ -36,9 +36,13 @@ pub struct Resolved {
     pub deletes: Option<RecordBatch>,
 }
 
+/// No row: the end of a key's chain of rows in [`resolve_call`].
+const NO_ROW: usize = usize::MAX;
+
 /// Applies one call's operations, in message order, to its shredded rows: `data` holds
 /// the rows of its inserts and upserts (table schema), `deleted` the keys of its deletes
-/// (key schema), `ops` each message's operation and key position.
+/// (key schema), `ops` each message's operation and key position (each row of `data`
+/// named once).
 pub fn resolve_call(
     keys: &KeyColumns,
     data: &RecordBatch,
@@ -56,17 +60,23 @@ pub fn resolve_call(
         }
     };
     let mut keep = vec![false; data.num_rows()];
-    // Rows written so far per key, and the keys touched, first-seen order.
-    let mut live: std::collections::HashMap<Row<'_>, Vec<usize>> = Default::default();
-    let mut touched: HashSet<Row<'_>> = HashSet::new();
+    // Per key: its last row written so far (each row links to the key's row before it,
+    // in `earlier`), and whether it was upserted or deleted. One lookup per message and
+    // no allocation per key: this runs for every keyed row a host hands over.
+    let mut keyed: HashMap<Row<'_>, (usize, bool)> = HashMap::with_capacity(ops.len());
+    let mut earlier = vec![NO_ROW; data.num_rows()];
+    // The keys upserted or deleted, first seen first.
     let mut picks: Vec<(usize, usize)> = Vec::new();
     for &(op, at) in ops {
-        let key = row(at);
+        let (last, touched) = keyed.entry(row(at)).or_insert((NO_ROW, false));
         if op != RowOp::Insert {
-            for r in live.remove(&key).unwrap_or_default() {
+            let mut r = std::mem::replace(last, NO_ROW);
+            while r != NO_ROW {
                 keep[r] = false;
+                r = earlier[r];
             }
-            if touched.insert(key) {
+            if !*touched {
+                *touched = true;
                 picks.push(match at {
                     KeyAt::Data(r) => (0, r),
                     KeyAt::Deleted(r) => (1, r),
@@ -74,8 +84,15 @@ pub fn resolve_call(
             }
         }
         if let KeyAt::Data(r) = at {
+            // Each message has its own row: a row named twice would link into its own
+            // chain, and the walk above would never end.
+            if keep[r] {
+                return Err(Error::internal(format!(
+                    "row {r} of a call's rows stands for two messages"
+                )));
+            }
             keep[r] = true;
-            live.entry(key).or_default().push(r);
+            earlier[r] = std::mem::replace(last, r);
         }
     }
     let data = filter(data, keep)?;
@@ -292,5 +309,65 @@ mod tests {
         let mut deleted = ids(&deletes.unwrap());
         deleted.sort();
         assert_eq!(deleted, vec![1, 2, 3]);
+    }
+
+    /// Random calls over a few keys (inserts, upserts, deletes, repeats) against a model
+    /// of what the call leaves: each key's rows in message order, cleared by an upsert
+    /// or a delete; the deletes, every upserted or deleted key once, first seen first.
+    #[test]
+    fn random_calls_leave_what_a_model_of_them_leaves() {
+        let k = keys();
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for _ in 0..500 {
+            let (mut rows, mut dels, mut ops) = (Vec::new(), Vec::new(), Vec::new());
+            let mut model: Vec<(i64, String)> = Vec::new();
+            let mut touched: Vec<i64> = Vec::new();
+            for m in 0..next(40) {
+                let id = next(6) as i64;
+                let v = format!("m{m}");
+                let op = [RowOp::Insert, RowOp::Upsert, RowOp::Delete][next(3) as usize];
+                if op != RowOp::Insert {
+                    model.retain(|(i, _)| *i != id);
+                    if !touched.contains(&id) {
+                        touched.push(id);
+                    }
+                }
+                let at = match op {
+                    RowOp::Delete => {
+                        dels.push(id);
+                        KeyAt::Deleted(dels.len() - 1)
+                    }
+                    _ => {
+                        model.push((id, v.clone()));
+                        rows.push((id, v));
+                        KeyAt::Data(rows.len() - 1)
+                    }
+                };
+                ops.push((op, at));
+            }
+            let rows_ref: Vec<(i64, &str)> = rows.iter().map(|(i, v)| (*i, v.as_str())).collect();
+            let r = resolve_call(&k, &data(&k, &rows_ref), &deleted(&k, &dels), &ops).unwrap();
+            let got: Vec<(i64, String)> = ids(&r.data).into_iter().zip(values(&r.data)).collect();
+            assert_eq!(got, model, "ops {ops:?} rows {rows:?} deletes {dels:?}");
+            let deletes = r.deletes.map(|d| ids(&d)).unwrap_or_default();
+            assert_eq!(deletes, touched, "ops {ops:?}");
+        }
+    }
+
+    #[test]
+    fn a_row_named_twice_is_refused_not_looped_on() {
+        let k = keys();
+        let d = data(&k, &[(1, "a"), (1, "b")]);
+        use KeyAt::*;
+        use RowOp::*;
+        let ops = [(Insert, Data(0)), (Insert, Data(0)), (Upsert, Data(1))];
+        let e = resolve_call(&k, &d, &deleted(&k, &[]), &ops).unwrap_err();
+        assert!(e.to_string().contains("two messages"), "{e}");
     }
 }
