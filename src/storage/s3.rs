@@ -370,7 +370,6 @@ impl Storage for FloeStorage {
         match s3_path(path) {
             Some(at) => at.map(|_| InputFile::new(Arc::new(self.clone()), path.to_string())),
             None if super::local::is_local(path) => {
-                self.others()?.new_input(path)?;
                 Ok(InputFile::new(Arc::new(self.clone()), path.to_string()))
             }
             None => self.others()?.new_input(path),

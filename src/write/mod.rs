@@ -230,16 +230,11 @@ fn rolling_parquet(
     file_io: &FileIO,
     settings: &FileSettings,
 ) -> Result<RollingParquet> {
-    let place = FilePlace {
-        schema: schema.clone(),
-        location: DefaultLocationGenerator::new(metadata)?,
-        file_io: file_io.clone(),
-    };
-    Ok(place.rolling(suffix, settings))
+    Ok(FilePlace::new(schema, metadata, file_io)?.rolling(suffix, settings))
 }
 
 /// Where a sink's files go and what they hold, to open its writers with settings chosen
-/// later (see [`DataFileSink::write`]).
+/// later (see [`DataFileSink::choose_settings`]).
 struct FilePlace {
     schema: iceberg::spec::SchemaRef,
     location: DefaultLocationGenerator,
@@ -247,6 +242,18 @@ struct FilePlace {
 }
 
 impl FilePlace {
+    fn new(
+        schema: &iceberg::spec::SchemaRef,
+        metadata: &TableMetadata,
+        file_io: &FileIO,
+    ) -> Result<Self> {
+        Ok(FilePlace {
+            schema: schema.clone(),
+            location: DefaultLocationGenerator::new(metadata)?,
+            file_io: file_io.clone(),
+        })
+    }
+
     fn rolling(&self, suffix: &str, settings: &FileSettings) -> RollingParquet {
         let parquet = ParquetWriterBuilder::new(settings.properties.clone(), self.schema.clone());
         let names = DefaultFileNameGenerator::new(
@@ -276,22 +283,9 @@ pub async fn write_data_files(
     if batches.iter().all(|b| b.num_rows() == 0) {
         return Ok(Vec::new());
     }
-    let chosen;
-    let settings = match settings.dictionaries_by_sample {
-        true => {
-            chosen = FileSettings {
-                properties: dictionary::without_needless_dictionaries(
-                    &settings.properties,
-                    &batches,
-                ),
-                target_file_size: settings.target_file_size,
-                dictionaries_by_sample: false,
-            };
-            &chosen
-        }
-        false => settings,
-    };
     let mut sink = DataFileSink::new(metadata, file_io, settings)?;
+    // The whole group is the sample, not only its first batch.
+    sink.choose_settings(&batches);
     // Each batch is given up once written: a group's rows are not held as Arrow and as
     // Parquet at once (unless the caller keeps them).
     for batch in batches {
@@ -324,9 +318,9 @@ pub struct DataFileSink {
 /// A sink's writer settings: chosen, or to be chosen from its first rows.
 enum Built {
     Now(DataWriterBuilder),
-    /// With [`FileSettings::dictionaries_by_sample`]: a sink fed a stream (a
-    /// copy-on-write rewrite) has no group to sample before its files open, so its
-    /// first batch is the sample.
+    /// With [`FileSettings::dictionaries_by_sample`]: from the group, when the caller
+    /// has one ([`write_data_files`]); a sink fed a stream (a copy-on-write rewrite) has
+    /// none before its files open, so its first batch is the sample.
     AtFirstRows(FilePlace, FileSettings),
 }
 
@@ -361,11 +355,7 @@ impl DataFileSink {
         file_io: &FileIO,
         settings: &FileSettings,
     ) -> Result<Self> {
-        let place = FilePlace {
-            schema: schema.clone(),
-            location: DefaultLocationGenerator::new(metadata)?,
-            file_io: file_io.clone(),
-        };
+        let place = FilePlace::new(&schema, metadata, file_io)?;
         let builder = match settings.dictionaries_by_sample {
             true => Built::AtFirstRows(place, settings.clone()),
             false => Built::Now(DataFileWriterBuilder::new(place.rolling("", settings))),
@@ -387,13 +377,14 @@ impl DataFileSink {
         })
     }
 
-    /// Chooses the writers' settings from `batch` (the first rows) when still to choose.
-    fn choose_settings(&mut self, batch: &RecordBatch) {
+    /// Chooses the writers' settings from `batches` (the first rows, or all of them when
+    /// known up front), unless they are chosen already.
+    fn choose_settings(&mut self, batches: &[RecordBatch]) {
         if let Built::AtFirstRows(place, settings) = &self.builder {
             let sampled = FileSettings {
                 properties: dictionary::without_needless_dictionaries(
                     &settings.properties,
-                    std::slice::from_ref(batch),
+                    batches,
                 ),
                 ..settings.clone()
             };
@@ -406,7 +397,7 @@ impl DataFileSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        self.choose_settings(batch);
+        self.choose_settings(std::slice::from_ref(batch));
         let Built::Now(builder) = &self.builder else {
             return Err(Error::internal(
                 "a data file sink's settings were not chosen",

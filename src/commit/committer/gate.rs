@@ -53,6 +53,8 @@ struct Waiting {
     blocked: usize,
 }
 
+/// A gate whose bytes rule follows [`BYTES_AHEAD`] alone.
+#[cfg(test)]
 impl Default for ShredGate {
     fn default() -> Self {
         ShredGate::new(usize::MAX)
@@ -174,6 +176,18 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    /// `n` calls of `bytes` each, in at once (the gate must have room for them).
+    async fn rooms(gate: &Arc<ShredGate>, n: usize, bytes: usize) -> Vec<Room> {
+        let never = Notify::new();
+        let mut rooms = Vec::new();
+        for _ in 0..n {
+            let (room, waited) = gate.enter(bytes, || false, &never).await;
+            assert!(!waited);
+            rooms.push(room);
+        }
+        rooms
+    }
+
     /// A call of `bytes` entering `gate` on a task of its own.
     fn spawn_call(gate: &Arc<ShredGate>, bytes: usize) -> tokio::task::JoinHandle<(Room, bool)> {
         let gate = gate.clone();
@@ -194,22 +208,13 @@ mod tests {
     #[tokio::test]
     async fn calls_wait_once_enough_calls_and_bytes_wait() {
         let gate = Arc::new(ShredGate::default());
-        let never = Notify::new();
-        let mut rooms = Vec::new();
         // Many small calls: the bytes never fill, so none waits.
-        for _ in 0..CALLS_AHEAD * 4 {
-            let (room, waited) = gate.enter(10, || false, &never).await;
-            assert!(!waited);
-            rooms.push(room);
-        }
+        let small = rooms(&gate, CALLS_AHEAD * 4, 10).await;
         assert!(!gate.is_full());
-        rooms.clear();
+        drop(small);
         assert_eq!(*gate.waiting.locked(), Waiting::default(), "all given back");
         // Large calls: the first CALLS_AHEAD go in whatever their size.
-        let big = BYTES_AHEAD;
-        for _ in 0..CALLS_AHEAD {
-            rooms.push(gate.enter(big, || false, &never).await.0);
-        }
+        let mut rooms = rooms(&gate, CALLS_AHEAD, BYTES_AHEAD).await;
         assert!(gate.is_full());
         let waiting = spawn_call(&gate, 1);
         a_moment().await;
@@ -226,13 +231,7 @@ mod tests {
     #[tokio::test]
     async fn no_more_than_a_group_waits_beyond_the_calls() {
         let gate = Arc::new(ShredGate::new(1_000));
-        let never = Notify::new();
-        let rooms: Vec<Room> =
-            futures::future::join_all((0..CALLS_AHEAD).map(|_| gate.enter(400, || false, &never)))
-                .await
-                .into_iter()
-                .map(|(room, _)| room)
-                .collect();
+        let rooms = rooms(&gate, CALLS_AHEAD, 400).await;
         assert!(
             gate.is_full(),
             "8 calls of 3,200 B, over a group of 1,000 B"
@@ -244,11 +243,7 @@ mod tests {
     #[tokio::test]
     async fn small_calls_do_not_get_ahead_of_a_large_one_waiting() {
         let gate = Arc::new(ShredGate::new(1_000));
-        let never = Notify::new();
-        let mut rooms = Vec::new();
-        for _ in 0..CALLS_AHEAD {
-            rooms.push(gate.enter(10, || false, &never).await.0);
-        }
+        let mut rooms = rooms(&gate, CALLS_AHEAD, 10).await;
         let large = spawn_call(&gate, 2_000);
         a_moment().await;
         assert!(!large.is_finished(), "over the bytes, with 8 calls waiting");
