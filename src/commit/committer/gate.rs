@@ -11,16 +11,24 @@
 //! the encoder writes the group before them. The room a call takes is given back when
 //! the encoder takes its rows, or when they are not handed in after all.
 //!
+//! Calls get room in the order they came to wait for it: one arriving later never takes
+//! room a waiting call is owed, so it cannot claim an exactly-once position (or hand in
+//! rows) ahead of it because it happened to be woken first.
+//!
 //! Never a deadlock: a call whose turn it is to hand in rows for the table (every call
-//! before it has; see [`crate::commit::order`]) does not wait for room, and neither does
-//! a call committing with other tables (`commit.atomic_tables`), whose commit waits for
-//! theirs. So the earliest call not yet handed in always goes on, and rows waiting for
-//! calls before them are only ever waiting for calls that go on. A call takes its room
-//! before it claims its exactly-once positions, so a call waiting for room holds no
-//! claim an earlier call could be refused on. (A host that mixes ordered and unordered
-//! calls on one writer, and never ends an ordered call, stalls the unordered ones too
-//! once the calls after it hold the room; floe's Go host never mixes them.)
+//! before it has; see [`crate::commit::order`]) waits for room only while every room is
+//! held by rows already handed in, which the encoder takes whatever calls do; if any room
+//! is held by a call yet to hand in, that call may be waiting for this one, so it goes
+//! in. A call committing with other tables (`commit.atomic_tables`), whose commit waits
+//! for theirs, never waits. So the earliest call not yet handed in always goes on, and
+//! rows waiting for calls before them are only ever waiting for calls that go on. A call
+//! takes its room before it claims its exactly-once positions, so a call waiting for
+//! room holds no claim an earlier call could be refused on. (A host that mixes ordered
+//! and unordered calls on one writer, and never ends an ordered call, stalls the
+//! unordered ones too once the calls after it hold the room; floe's Go host never mixes
+//! them.)
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -44,13 +52,28 @@ pub struct ShredGate {
     bytes_ahead: usize,
 }
 
-#[derive(Default, Debug, PartialEq)]
+#[derive(Default, Debug)]
 struct Waiting {
     calls: usize,
     bytes: usize,
-    /// Calls waiting for room. While any does, nobody gets in on the bytes rule: small
-    /// calls arriving one after another would otherwise keep a large one out for good.
-    blocked: usize,
+    /// Of `calls`, those whose rows are handed in: the encoder takes them whatever any
+    /// call does.
+    handed_in: usize,
+    /// Calls waiting for room, by when they began to wait: the first goes in first.
+    line: BTreeSet<u64>,
+    /// The place in line of the next call to wait.
+    next_place: u64,
+}
+
+/// What lets a call in besides room of its own (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Waits in line for room.
+    InLine,
+    /// Its turn to hand in rows: goes in unless every room is held by rows handed in.
+    Turn,
+    /// Commits with other tables: goes in at once.
+    Together,
 }
 
 /// A gate whose bytes rule follows [`BYTES_AHEAD`] alone.
@@ -71,21 +94,50 @@ impl ShredGate {
         }
     }
 
-    /// Whether a call of `bytes` gets in; `blocked_itself`: it is among the blocked.
-    fn has_room_for(&self, waiting: &Waiting, bytes: usize, blocked_itself: bool) -> bool {
-        let others_blocked = waiting.blocked > usize::from(blocked_itself);
-        waiting.calls < CALLS_AHEAD
-            || (!others_blocked && waiting.bytes + bytes <= self.bytes_ahead)
+    /// Whether there is room for a call of `bytes`.
+    fn has_room_for(&self, waiting: &Waiting, bytes: usize) -> bool {
+        waiting.calls < CALLS_AHEAD || waiting.bytes + bytes <= self.bytes_ahead
+    }
+
+    /// Whether a call of `bytes` standing so gets in; `place`: its place in line, if it
+    /// waits there.
+    fn lets_in(
+        &self,
+        waiting: &Waiting,
+        bytes: usize,
+        standing: Standing,
+        place: Option<u64>,
+    ) -> bool {
+        let room = self.has_room_for(waiting, bytes);
+        let first = waiting.line.first().is_none_or(|&f| Some(f) == place);
+        match standing {
+            Standing::Together => true,
+            Standing::Turn => room || waiting.calls > waiting.handed_in,
+            Standing::InLine => room && first,
+        }
     }
 }
 
-/// A call counted among those waiting for room, until dropped (it got in, or gave up).
-struct Blocked<'g>(&'g ShredGate);
+/// A call's place among those waiting for room, until dropped (it got in, or gave up).
+struct InLine<'g> {
+    gate: &'g ShredGate,
+    place: u64,
+}
 
-impl Drop for Blocked<'_> {
+impl<'g> InLine<'g> {
+    fn join(gate: &'g ShredGate, waiting: &mut Waiting) -> Self {
+        let place = waiting.next_place;
+        waiting.next_place += 1;
+        waiting.line.insert(place);
+        InLine { gate, place }
+    }
+}
+
+impl Drop for InLine<'_> {
     fn drop(&mut self) {
-        self.0.waiting.locked().blocked -= 1;
-        self.0.freed.notify_waiters();
+        self.gate.waiting.locked().line.remove(&self.place);
+        // The next in line may now go in.
+        self.gate.freed.notify_waiters();
     }
 }
 
@@ -93,6 +145,17 @@ impl Drop for Blocked<'_> {
 pub struct Room {
     gate: Arc<ShredGate>,
     bytes: usize,
+    handed_in: bool,
+}
+
+impl Room {
+    /// The call's rows are handed to the encoder (which takes them whatever any call
+    /// does): a call in its turn no longer needs to go in for them.
+    pub fn hand_in(&mut self) {
+        if !std::mem::replace(&mut self.handed_in, true) {
+            self.gate.waiting.locked().handed_in += 1;
+        }
+    }
 }
 
 impl Drop for Room {
@@ -100,46 +163,48 @@ impl Drop for Room {
         let mut waiting = self.gate.waiting.locked();
         waiting.calls -= 1;
         waiting.bytes -= self.bytes;
+        waiting.handed_in -= usize::from(self.handed_in);
         drop(waiting);
         self.gate.freed.notify_waiters();
     }
 }
 
 impl ShredGate {
-    /// Room for a call of `bytes` of JSON, once there is some or `may_pass` says the
-    /// call may go on regardless; `passes_changed` is notified whenever its answer may
-    /// have changed. Also whether the call had to wait.
+    /// Room for a call of `bytes` of JSON, once it may go in as it stands (`standing`,
+    /// asked again whenever `standing_changed` is notified). Also whether the call had to
+    /// wait.
     pub async fn enter(
         self: &Arc<Self>,
         bytes: usize,
-        may_pass: impl Fn() -> bool,
-        passes_changed: &Notify,
+        standing: impl Fn() -> Standing,
+        standing_changed: &Notify,
     ) -> (Room, bool) {
-        let mut blocked: Option<Blocked> = None;
+        let mut in_line: Option<InLine> = None;
         loop {
             let freed = self.freed.notified();
-            let changed = passes_changed.notified();
+            let changed = standing_changed.notified();
             tokio::pin!(freed, changed);
             freed.as_mut().enable();
             changed.as_mut().enable();
-            // Asked before the gate's lock is taken: `may_pass` takes the order's, under
+            // Asked before the gate's lock is taken: `standing` takes the order's, under
             // which rooms are given back (a submission dropped while handed in).
-            let passes = may_pass();
+            let standing = standing();
             {
                 let mut waiting = self.waiting.locked();
-                if passes || self.has_room_for(&waiting, bytes, blocked.is_some()) {
+                let place = in_line.as_ref().map(|l| l.place);
+                if self.lets_in(&waiting, bytes, standing, place) {
                     waiting.calls += 1;
                     waiting.bytes += bytes;
                     drop(waiting);
                     let room = Room {
                         gate: self.clone(),
                         bytes,
+                        handed_in: false,
                     };
-                    return (room, blocked.is_some());
+                    return (room, in_line.is_some());
                 }
-                if blocked.is_none() {
-                    waiting.blocked += 1;
-                    blocked = Some(Blocked(self));
+                if in_line.is_none() {
+                    in_line = Some(InLine::join(self, &mut waiting));
                 }
             }
             tokio::select! {
@@ -152,7 +217,7 @@ impl ShredGate {
     /// Whether a call would now wait for room (however small): no call still shredding
     /// will hand in rows until the encoder takes some, so a group need not wait for more.
     pub fn is_full(&self) -> bool {
-        !self.has_room_for(&self.waiting.locked(), 0, false)
+        !self.has_room_for(&self.waiting.locked(), 0)
     }
 
     /// Rooms that leave none.
@@ -161,7 +226,7 @@ impl ShredGate {
         let never = Notify::new();
         let mut rooms = Vec::new();
         while !self.is_full() {
-            rooms.push(self.enter(BYTES_AHEAD, || false, &never).await.0);
+            rooms.push(self.enter(BYTES_AHEAD, || Standing::InLine, &never).await.0);
         }
         rooms
     }
@@ -181,7 +246,7 @@ mod tests {
         let never = Notify::new();
         let mut rooms = Vec::new();
         for _ in 0..n {
-            let (room, waited) = gate.enter(bytes, || false, &never).await;
+            let (room, waited) = gate.enter(bytes, || Standing::InLine, &never).await;
             assert!(!waited);
             rooms.push(room);
         }
@@ -193,8 +258,15 @@ mod tests {
         let gate = gate.clone();
         tokio::spawn(async move {
             let never = Notify::new();
-            gate.enter(bytes, || false, &never).await
+            gate.enter(bytes, || Standing::InLine, &never).await
         })
+    }
+
+    /// No room taken and no call in line.
+    fn all_given_back(gate: &ShredGate) {
+        let waiting = gate.waiting.locked();
+        assert_eq!((waiting.calls, waiting.bytes, waiting.handed_in), (0, 0, 0));
+        assert!(waiting.line.is_empty(), "a call left in line");
     }
 
     /// The room `call` got (and whether it waited), once it got one.
@@ -212,7 +284,7 @@ mod tests {
         let small = rooms(&gate, CALLS_AHEAD * 4, 10).await;
         assert!(!gate.is_full());
         drop(small);
-        assert_eq!(*gate.waiting.locked(), Waiting::default(), "all given back");
+        all_given_back(&gate);
         // Large calls: the first CALLS_AHEAD go in whatever their size.
         let mut rooms = rooms(&gate, CALLS_AHEAD, BYTES_AHEAD).await;
         assert!(gate.is_full());
@@ -225,7 +297,7 @@ mod tests {
         assert_eq!(gate.waiting.locked().calls, CALLS_AHEAD);
         drop(room);
         drop(rooms);
-        assert_eq!(*gate.waiting.locked(), Waiting::default());
+        all_given_back(&gate);
     }
 
     #[tokio::test]
@@ -259,11 +331,11 @@ mod tests {
         drop((first, rooms));
         let (last, _) = entered(small, "then the small one").await;
         drop(last);
-        assert_eq!(*gate.waiting.locked(), Waiting::default());
+        all_given_back(&gate);
     }
 
     #[tokio::test]
-    async fn a_call_that_may_pass_goes_in_without_room_when_told() {
+    async fn a_call_in_its_turn_goes_in_while_a_room_is_not_handed_in() {
         let gate = Arc::new(ShredGate::default());
         let _full = gate.fill().await;
         let turn = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -271,8 +343,11 @@ mod tests {
         let waiting = {
             let (gate, turn, changed) = (gate.clone(), turn.clone(), changed.clone());
             tokio::spawn(async move {
-                let may_pass = || turn.load(std::sync::atomic::Ordering::SeqCst);
-                gate.enter(5, may_pass, &changed).await
+                let standing = || match turn.load(std::sync::atomic::Ordering::SeqCst) {
+                    true => Standing::Turn,
+                    false => Standing::InLine,
+                };
+                gate.enter(5, standing, &changed).await
             })
         };
         a_moment().await;
@@ -289,5 +364,77 @@ mod tests {
             "and it is counted"
         );
         drop(room);
+    }
+
+    /// A call entering `gate` as `standing` on a task of its own.
+    fn spawn_standing(
+        gate: &Arc<ShredGate>,
+        standing: Standing,
+    ) -> tokio::task::JoinHandle<(Room, bool)> {
+        let gate = gate.clone();
+        tokio::spawn(async move {
+            let never = Notify::new();
+            gate.enter(1, || standing, &never).await
+        })
+    }
+
+    #[tokio::test]
+    async fn a_call_arriving_later_does_not_take_the_room_a_waiting_call_is_owed() {
+        use futures::FutureExt;
+        let gate = Arc::new(ShredGate::default());
+        let mut rooms = gate.fill().await;
+        let earlier = spawn_call(&gate, 1);
+        a_moment().await;
+        assert!(!earlier.is_finished());
+        // One room given back; a call comes before the waiting one is run again.
+        rooms.pop();
+        let never = Notify::new();
+        let later = gate.enter(1, || Standing::InLine, &never).now_or_never();
+        assert!(
+            later.is_none(),
+            "a later call took the room an earlier one waits for: it would claim its \
+             exactly-once positions first"
+        );
+        let (room, waited) = entered(earlier, "the waiting call gets the room").await;
+        assert!(waited);
+        drop((room, rooms));
+        all_given_back(&gate);
+    }
+
+    #[tokio::test]
+    async fn a_call_in_its_turn_waits_while_every_room_is_handed_in() {
+        let gate = Arc::new(ShredGate::default());
+        let mut rooms = gate.fill().await;
+        rooms.iter_mut().for_each(Room::hand_in);
+        let turn = spawn_standing(&gate, Standing::Turn);
+        a_moment().await;
+        assert!(
+            !turn.is_finished(),
+            "went in although the encoder will free a room whatever it does"
+        );
+        rooms.pop();
+        let (room, waited) = entered(turn, "a room given back lets it in").await;
+        assert!(waited);
+        drop((room, rooms));
+        all_given_back(&gate);
+    }
+
+    #[tokio::test]
+    async fn only_a_call_in_its_turn_or_together_goes_past_a_full_gate() {
+        let gate = Arc::new(ShredGate::default());
+        let mut rooms = gate.fill().await;
+        rooms[1..].iter_mut().for_each(Room::hand_in);
+        // One room's call has not handed in: it may be waiting for the call in its turn.
+        let (turn, _) = entered(spawn_standing(&gate, Standing::Turn), "its turn").await;
+        let (together, _) = entered(spawn_standing(&gate, Standing::Together), "together").await;
+        let in_line = spawn_standing(&gate, Standing::InLine);
+        a_moment().await;
+        assert!(!in_line.is_finished());
+        assert_eq!(gate.waiting.locked().calls, CALLS_AHEAD + 2);
+        assert_eq!(gate.waiting.locked().handed_in, CALLS_AHEAD - 1);
+        drop((turn, together, rooms));
+        let (room, _) = entered(in_line, "rooms given back").await;
+        drop(room);
+        all_given_back(&gate);
     }
 }

@@ -61,7 +61,7 @@ use crate::table::manifest_cache::ManifestCache;
 
 use encode::encode_loop;
 pub use gate::Room;
-use gate::ShredGate;
+use gate::{ShredGate, Standing};
 pub use ledger::{Claim, Claimed, Ledger, Verdict};
 use schedule::Pace;
 use stage::CommitStage;
@@ -299,13 +299,18 @@ impl TableCommitter {
     }
 
     /// Waits until the call `ticket` may shred `bytes` of JSON for this table (see
-    /// [`gate`]): at once when few rows wait for the encoder, when it is the call's turn
-    /// to hand its rows in, or when they commit `together` with other tables'.
+    /// [`gate`]): in line, once few rows wait for the encoder; in its turn to hand its
+    /// rows in, also while a room is held by a call yet to hand in; at once when they
+    /// commit `together` with other tables'.
     pub async fn room_to_shred(&self, ticket: Ticket, bytes: usize, together: bool) -> Room {
         let order = &self.options.order;
         let ident = self.view().table.ident.clone();
-        let may_pass = || together || order.may_hand_in(ticket, &ident);
-        let (room, waited) = self.gate.enter(bytes, may_pass, order.changed()).await;
+        let standing = || match together {
+            true => Standing::Together,
+            false if order.may_hand_in(ticket, &ident) => Standing::Turn,
+            false => Standing::InLine,
+        };
+        let (room, waited) = self.gate.enter(bytes, standing, order.changed()).await;
         if waited {
             self.options.stats.waited_to_shred();
         }
@@ -367,6 +372,10 @@ impl TableCommitter {
             .options
             .order
             .admit(ticket, &ident, complete, |epoch| {
+                let mut submission = submission;
+                if let Some(room) = &mut submission.room {
+                    room.hand_in();
+                }
                 let pending = Pending {
                     _claim: claim,
                     _unanswered: Unanswered::counted(&self.unanswered),
