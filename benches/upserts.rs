@@ -17,9 +17,15 @@
 //! 4. **Memory per row in flight**: 64 calls of 1,000 keyed rows (256-B payload; each
 //!    call its own keys, half of them in the table already) handed in at once, as a host
 //!    at `max_in_flight` 64 does, into a table of 32 files × 1,000 rows; the
-//!    heap's peak above its level before the calls (sampled every millisecond), per row
+//!    heap's peak above its level before the calls (sampled every millisecond; keyed
+//!    calls in arrival order, as the Go host hands them in), per row
 //!    of all the calls: what floe holds for a row from its call until its commit (the
 //!    host's own copy of the messages is not counted).
+//! 5. **Pipeline CPU**: the keyed stream of `bench-configs/upserts.py` (clustered keys, 1
+//!    in 10 a delete, 100-B rows) as calls of 1,000 messages, 4 in flight in arrival
+//!    order, into an empty table: this process's CPU per row and rows/s, beside plain
+//!    inserts of the same messages: floe's own share of what that pipeline bench
+//!    measures with the services (and where, under callgrind, the difference goes).
 //!
 //! Prints median [min–max] over FLOE_BENCH_RUNS runs (default 3); each run is a fresh
 //! table. `cargo bench --bench upserts` (FLOE_BENCH_SECTIONS="memory,rewrite,deletes" and
@@ -503,6 +509,117 @@ fn main() {
     if wanted("FLOE_BENCH_SECTIONS", "in-flight") {
         in_flight(&rt, runs, smoke);
     }
+    if wanted("FLOE_BENCH_SECTIONS", "pipeline") {
+        pipeline_cpu(&rt, runs, smoke);
+    }
+}
+
+/// One message of `bench-configs/upserts.py`'s stream: its `n`th, clustered over `keys`.
+fn stream_row(n: u64, keys: u64) -> String {
+    format!(
+        r#"{{"n":{n},"id":{},"user":"user-{}","payload":"abcdefghijklmnopqrstuvwxyz0123456789-{n}","value":{}}}"#,
+        (n * 7919) % keys,
+        n % 977,
+        n % 1000
+    )
+}
+
+/// Section 5 (see the module docs).
+fn pipeline_cpu(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
+    use futures::StreamExt;
+    let (calls, batch, keys) = if smoke {
+        (8, 100, 200)
+    } else {
+        (100u64, 1_000u64, 25_000)
+    };
+    println!(
+        "\n## Pipeline CPU: {calls} calls of {batch} messages (1 in 10 a delete) over {keys} clustered keys, 4 in flight\n"
+    );
+    println!("| strategy | CPU µs per row | rows/s | commits |");
+    println!("|---|---:|---:|---:|");
+    let texts: Vec<String> = (0..calls * batch).map(|n| stream_row(n, keys)).collect();
+    for strategy in strategies() {
+        let (mut cpu, mut rate, mut commits) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let dir = tempfile::tempdir().unwrap();
+            let w = rt
+                .block_on(Writer::open(stream_config(dir.path(), strategy)))
+                .unwrap();
+            let messages: Vec<Vec<Message>> = texts
+                .chunks(batch as usize)
+                .enumerate()
+                .map(|(c, call)| {
+                    call.iter()
+                        .enumerate()
+                        .map(|(i, r)| Message {
+                            operation: stream_operation(strategy, c as u64 * batch + i as u64),
+                            ..Message::insert(r.as_bytes())
+                        })
+                        .collect()
+                })
+                .collect();
+            let (started, cpu_before) = (Instant::now(), process_cpu_ms());
+            let outs: Vec<_> = rt.block_on(
+                // In arrival order, as the Go host hands them in (tickets).
+                futures::stream::iter(messages.iter().map(|m| {
+                    let ticket = w.arrive();
+                    let w = &w;
+                    async move {
+                        let out = w.write_call(ticket, m, vec![None; m.len()]).await;
+                        w.depart(ticket);
+                        out
+                    }
+                }))
+                .buffered(4)
+                .collect(),
+            );
+            let (secs, cpu_ms) = (
+                started.elapsed().as_secs_f64(),
+                process_cpu_ms() - cpu_before,
+            );
+            for out in outs {
+                assert!(
+                    out.expect("write call")
+                        .failures
+                        .iter()
+                        .all(Option::is_none)
+                );
+            }
+            let rows = (calls * batch) as f64;
+            cpu.push(cpu_ms * 1e3 / rows);
+            rate.push(rows / secs);
+            commits.push(w.stats().snapshots as f64);
+        }
+        println!(
+            "| {strategy} | {} | {} | {} |",
+            summary(&mut cpu, 2),
+            summary(&mut rate, 0),
+            summary(&mut commits, 0)
+        );
+    }
+}
+
+/// The pipeline bench's operation for message `n` (`None`, an insert, for `insert`).
+fn stream_operation(strategy: &str, n: u64) -> Option<&'static str> {
+    match (strategy, n % 10) {
+        ("insert", _) => None,
+        (_, 0) => Some("delete"),
+        _ => Some("upsert"),
+    }
+}
+
+/// The pipeline bench's table: keyed by `id` unless `strategy` is `insert`.
+fn stream_config(dir: &std::path::Path, strategy: &str) -> Config {
+    let mut cfg = json!({
+        "catalog": {"warehouse": dir.join("wh").to_str().unwrap()},
+        "namespace": "bench", "table": "t",
+        "schema_evolution": {"enabled": true},
+    });
+    if strategy != "insert" {
+        cfg["identifier_fields"] = json!(["id"]);
+        cfg["merge_strategy"] = json!(strategy);
+    }
+    Config::from_json(&cfg.to_string()).unwrap()
 }
 
 /// Section 4 (see the module docs).
@@ -550,7 +667,19 @@ fn in_flight(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
                 .collect();
             let (peak, ms) = peak_while(|| {
                 let started = Instant::now();
-                let calls = messages.iter().map(|m| w.write_batch(m));
+                // Keyed calls keep their arrival order, as the Go host's do.
+                let calls = messages.iter().map(|m| {
+                    let ticket = match op {
+                        "insert" => floe::commit::order::UNORDERED,
+                        _ => w.arrive(),
+                    };
+                    let w = &w;
+                    async move {
+                        let out = w.write_call(ticket, m, vec![None; m.len()]).await;
+                        w.depart(ticket);
+                        out
+                    }
+                });
                 for out in rt.block_on(futures::future::join_all(calls)) {
                     let out = out.expect("write call");
                     assert!(out.failures.iter().all(Option::is_none));

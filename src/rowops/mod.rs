@@ -34,6 +34,13 @@ pub enum RowOp {
 impl RowOp {
     /// The operation a message names; no name (or an empty one) is an insert.
     pub fn parse(name: Option<&str>) -> Result<RowOp, String> {
+        // The names as hosts send them, first: this runs several times for every message.
+        match name {
+            None | Some("") | Some("insert") => return Ok(RowOp::Insert),
+            Some("upsert") => return Ok(RowOp::Upsert),
+            Some("delete") => return Ok(RowOp::Delete),
+            Some(_) => {}
+        }
         let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) else {
             return Ok(RowOp::Insert);
         };

@@ -36,6 +36,10 @@ pub struct Resolved {
     pub deletes: Option<RecordBatch>,
 }
 
+/// How keys are hashed here: foldhash, seeded per process (SipHash, the standard one,
+/// took a tenth of a keyed call's shredding).
+type KeyHash = foldhash::fast::RandomState;
+
 /// No row: the end of a key's chain of rows in [`resolve_call`].
 const NO_ROW: usize = usize::MAX;
 
@@ -63,7 +67,8 @@ pub fn resolve_call(
     // Per key: its last row written so far (each row links to the key's row before it,
     // in `earlier`), and whether it was upserted or deleted. One lookup per message and
     // no allocation per key: this runs for every keyed row a host hands over.
-    let mut keyed: HashMap<Row<'_>, (usize, bool)> = HashMap::with_capacity(ops.len());
+    let mut keyed: HashMap<Row<'_>, (usize, bool), KeyHash> =
+        HashMap::with_capacity_and_hasher(ops.len(), KeyHash::default());
     let mut earlier = vec![NO_ROW; data.num_rows()];
     // The keys upserted or deleted, first seen first.
     let mut picks: Vec<(usize, usize)> = Vec::new();
@@ -125,7 +130,8 @@ pub fn resolve_group(
     // upserts grew it through rehashes to 4.8 MiB, all the group's rows being held
     // meanwhile (the heap's peak for copy-on-write with many calls in flight).
     let most = deleted.iter().map(|(_, rows)| rows.num_rows()).sum();
-    let mut later: HashSet<&[u8]> = HashSet::with_capacity(most);
+    let mut later: HashSet<&[u8], KeyHash> =
+        HashSet::with_capacity_and_hasher(most, KeyHash::default());
     let mut picks = Vec::new();
     let mut data = vec![None; parts.len()];
     let mut next_deleted = deleted.len();

@@ -17,7 +17,9 @@
 //! reader decodes DELTA_BINARY_PACKED since 2025 and DELTA_BYTE_ARRAY since 2026).
 
 use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
+
+use foldhash::fast::FixedState;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
@@ -58,7 +60,7 @@ pub fn without_needless_dictionaries(
             continue;
         }
         let columns = sampled.iter().map(|b| b.column(c));
-        if dictionary_pays(columns, stride) == Some(false) {
+        if dictionary_pays(columns, stride, rows.div_ceil(stride)) == Some(false) {
             let mut b = builder.unwrap_or_else(|| properties.clone().into_builder());
             if properties.encoding(&path).is_none() {
                 b = b.set_column_encoding(path.clone(), Encoding::PLAIN);
@@ -78,7 +80,7 @@ struct Sample {
     /// The bytes of the distinct ones: a dictionary page's.
     dictionary_bytes: usize,
     /// Digests of the distinct values seen.
-    seen: HashSet<u64>,
+    seen: HashSet<u64, FixedState>,
 }
 
 impl Sample {
@@ -104,8 +106,17 @@ impl Sample {
 /// Whether a dictionary would shrink every `stride`-th value of `columns` (one column
 /// of the group, batch by batch); `None` for a type not judged (booleans, whose
 /// dictionary the writer never uses, and types without a flat value) or too few values.
-fn dictionary_pays<'a>(columns: impl Iterator<Item = &'a ArrayRef>, stride: usize) -> Option<bool> {
-    let mut sample = Sample::default();
+/// (`values`: about how many that is.)
+fn dictionary_pays<'a>(
+    columns: impl Iterator<Item = &'a ArrayRef>,
+    stride: usize,
+    values: usize,
+) -> Option<bool> {
+    let mut sample = Sample {
+        // Sized once: a column of distinct values grew it through every rehash.
+        seen: HashSet::with_capacity_and_hasher(values, FixedState::default()),
+        ..Sample::default()
+    };
     let mut next = 0usize;
     for column in columns {
         let at = (next..column.len()).step_by(stride);
@@ -152,27 +163,37 @@ fn add_values(
             for i in at {
                 let start = (data.offset() + i) * width;
                 let value = values.get(start..start + width)?;
-                let mut h = std::hash::DefaultHasher::new();
-                value.hash(&mut h);
-                sample.add(h.finish(), width);
+                sample.add(digest_of_primitive(value), width);
             }
         }
     }
     Some(())
 }
 
+/// A primitive value's digest: its bits when they fit in one (distinct values stay
+/// distinct), else a hash of them.
+fn digest_of_primitive(value: &[u8]) -> u64 {
+    match <[u8; 8]>::try_from(value) {
+        Ok(bytes) => u64::from_le_bytes(bytes),
+        Err(_) if value.len() < 8 => {
+            let mut bytes = [0u8; 8];
+            bytes[..value.len()].copy_from_slice(value);
+            u64::from_le_bytes(bytes)
+        }
+        Err(_) => DIGEST.hash_one(value),
+    }
+}
+
+/// The hash of digests: fixed, so a group's choice does not vary from run to run.
+const DIGEST: FixedState = FixedState::with_seed(0x5eed);
+
 /// A digest of a byte array value: its length and, past 32 bytes, its two ends.
 fn digest_of_bytes(value: &[u8]) -> u64 {
     const ENDS: usize = 16;
-    let mut h = std::hash::DefaultHasher::new();
-    value.len().hash(&mut h);
-    if value.len() <= 2 * ENDS {
-        value.hash(&mut h);
-    } else {
-        value[..ENDS].hash(&mut h);
-        value[value.len() - ENDS..].hash(&mut h);
+    match value.len() <= 2 * ENDS {
+        true => DIGEST.hash_one(value),
+        false => DIGEST.hash_one((value.len(), &value[..ENDS], &value[value.len() - ENDS..])),
     }
-    h.finish()
 }
 
 #[cfg(test)]

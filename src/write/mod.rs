@@ -493,6 +493,25 @@ fn delete_file_settings(settings: &FileSettings) -> FileSettings {
 /// `keys` sorted by all their columns, in the order the row format compares them: the
 /// delta encodings then see small steps, and each file's and page's bounds are tight.
 fn sorted_by_key(keys: &RecordBatch) -> Result<RecordBatch> {
+    let columns: Vec<arrow_ord::sort::SortColumn> = keys
+        .columns()
+        .iter()
+        .map(|c| arrow_ord::sort::SortColumn {
+            values: c.clone(),
+            options: None,
+        })
+        .collect();
+    // Sorted by value where arrow can (a long key: a tenth of the time of comparing
+    // row-encoded keys), else by the row format.
+    let indices = match arrow_ord::sort::lexsort_to_indices(&columns, None) {
+        Ok(indices) => indices,
+        Err(_) => sorted_by_rows(keys)?,
+    };
+    arrow_select::take::take_record_batch(keys, &indices).map_err(arrow_error)
+}
+
+/// The order of `keys` by their row-encoded form, which every key type has.
+fn sorted_by_rows(keys: &RecordBatch) -> Result<arrow_array::UInt32Array> {
     let fields = keys
         .schema()
         .fields()
@@ -505,8 +524,7 @@ fn sorted_by_key(keys: &RecordBatch) -> Result<RecordBatch> {
         .map_err(arrow_error)?;
     let mut order: Vec<u32> = (0..keys.num_rows() as u32).collect();
     order.sort_unstable_by_key(|&i| rows.row(i as usize));
-    let indices = arrow_array::UInt32Array::from(order);
-    arrow_select::take::take_record_batch(keys, &indices).map_err(arrow_error)
+    Ok(arrow_array::UInt32Array::from(order))
 }
 
 fn arrow_error(e: arrow_schema::ArrowError) -> Error {

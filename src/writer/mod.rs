@@ -330,7 +330,7 @@ impl Writer {
             .enumerate()
             .filter_map(|(i, e)| e.map(|e| (i, e)))
             .collect();
-        let mut groups: HashMap<TableIdent, Vec<usize>> = HashMap::new();
+        let mut groups = TableGroups::default();
         for (i, m) in messages.iter().enumerate() {
             if failures.contains_key(&i) {
                 continue;
@@ -350,8 +350,12 @@ impl Writer {
                 failures.insert(i, Error::new(ErrorKind::Data, e));
                 continue;
             }
+            if groups.same_as_last(m) {
+                groups.push_to_last(i);
+                continue;
+            }
             match self.resolve_ident(m) {
-                Ok(ident) => groups.entry(ident).or_default().push(i),
+                Ok(ident) => groups.push(m, ident, i),
                 // The table comes from the message (interpolated): its own fault.
                 Err(e) => {
                     failures.insert(i, Error::new(ErrorKind::Data, format!("message {i}: {e}")));
@@ -369,14 +373,14 @@ impl Writer {
         let ticket = own_ticket.as_ref().map_or(ticket, |own| own.ticket);
         let mut parties: HashMap<TableIdent, Party> = match together {
             true => {
-                let tables: Vec<TableIdent> = groups.keys().cloned().collect();
+                let tables: Vec<TableIdent> = groups.tables().cloned().collect();
                 let parties = crate::commit::together::parties(self.catalog.clone(), &tables);
                 tables.into_iter().zip(parties).collect()
             }
             false => HashMap::new(),
         };
-        self.options.order.attempt(ticket, groups.keys());
-        let results = futures::future::join_all(groups.into_iter().map(|(ident, idx)| {
+        self.options.order.attempt(ticket, groups.tables());
+        let results = futures::future::join_all(groups.by_table.into_iter().map(|(ident, idx)| {
             let party = parties.remove(&ident);
             async move {
                 let result = self
@@ -692,6 +696,49 @@ mod submit;
 use create::{key_from_static_schema, strategy_without_delete_files};
 use plan::WritePlan;
 use submit::{GroupResult, row_op};
+
+/// The namespace and table a message names (`None`: the config's).
+type TableNames<'m> = (Option<&'m str>, Option<&'m str>);
+
+/// A call's messages by table, in the order the tables first appear. Messages name their
+/// table (or leave it to the config) the same way as the message before them nearly
+/// always: they join its table without their names being parsed and hashed again.
+#[derive(Default)]
+struct TableGroups<'m> {
+    by_table: Vec<(TableIdent, Vec<usize>)>,
+    index: HashMap<TableIdent, usize>,
+    /// The names (namespace, table) the last message gave, and its group.
+    last: Option<(TableNames<'m>, usize)>,
+}
+
+impl<'m> TableGroups<'m> {
+    fn same_as_last(&self, m: &Message<'m>) -> bool {
+        matches!(self.last, Some((names, _)) if names == (m.namespace, m.table))
+    }
+
+    fn push_to_last(&mut self, i: usize) {
+        if let Some((_, group)) = self.last {
+            self.by_table[group].1.push(i);
+        }
+    }
+
+    fn push(&mut self, m: &Message<'m>, ident: TableIdent, i: usize) {
+        let group = *self.index.entry(ident.clone()).or_insert_with(|| {
+            self.by_table.push((ident, Vec::new()));
+            self.by_table.len() - 1
+        });
+        self.by_table[group].1.push(i);
+        self.last = Some(((m.namespace, m.table), group));
+    }
+
+    fn len(&self) -> usize {
+        self.by_table.len()
+    }
+
+    fn tables(&self) -> impl Iterator<Item = &TableIdent> {
+        self.by_table.iter().map(|(ident, _)| ident)
+    }
+}
 
 #[cfg(test)]
 mod tests {

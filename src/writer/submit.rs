@@ -173,7 +173,8 @@ impl Writer {
                     .map(|(r, &pos)| (pos, KeyAt::Deleted(r)))
             }))
             .collect();
-        entries.sort_unstable_by_key(|(pos, _)| *pos);
+        // Two ascending runs (rows, then deleted keys): the stable sort merges them.
+        entries.sort_by_key(|(pos, _)| *pos);
         let keyed = entries
             .iter()
             .any(|(pos, _)| row_op(&messages[idx[*pos]]) != RowOp::Insert);
