@@ -5,21 +5,24 @@
 //! with many calls in flight while a commit runs would otherwise hold every call's rows
 //! twice, once as its messages and once as Arrow: at `max_in_flight` 64 that was most
 //! of what floe held (in-flight bench, 2026-12-07). So a call shreds only once there is
-//! room: while fewer than [`CALLS_AHEAD`] calls' rows wait, or while their JSON is under
-//! [`BYTES_AHEAD`] (or `max_group_bytes`, if smaller: the encoder takes no more into one
-//! group, so rows shredded beyond it wait a whole commit longer); the rest wait as JSON, which the host holds anyway, and shred while
+//! room: while fewer than [`CALLS_AHEAD`] calls' rows wait, or, while no other call waits
+//! for room, while their JSON is under [`BYTES_AHEAD`] (or `max_group_bytes`, if smaller:
+//! the encoder takes no more into one group, so rows shredded beyond it wait a whole
+//! commit longer); the rest wait as JSON, which the host holds anyway, and shred while
 //! the encoder writes the group before them. The room a call takes is given back when
 //! the encoder takes its rows, or when they are not handed in after all.
 //!
 //! Calls get room in the order they came to wait for it: one arriving later never takes
 //! room a waiting call is owed, so it cannot claim an exactly-once position (or hand in
-//! rows) ahead of it because it happened to be woken first.
+//! rows) ahead of it because it happened to be woken first. (A call that reaches the
+//! gate first, or one committing with other tables, still may: that is the limit
+//! `docs/upserts.md` states for redeliveries.)
 //!
 //! Never a deadlock: a call whose turn it is to hand in rows for the table (every call
-//! before it has; see [`crate::commit::order`]) waits for room only while every room is
-//! held by rows already handed in, which the encoder takes whatever calls do; if any room
-//! is held by a call yet to hand in, that call may be waiting for this one, so it goes
-//! in. A call committing with other tables (`commit.atomic_tables`), whose commit waits
+//! before it has; see [`crate::commit::order`]) waits for room only while the rooms held
+//! by calls yet to hand in (which may be waiting for this one) would leave it some: the
+//! rest hold rows already handed in, which the encoder takes whatever calls do. If those
+//! not handed in fill the gate alone, it goes in. A call committing with other tables (`commit.atomic_tables`), whose commit waits
 //! for theirs, never waits. So the earliest call not yet handed in always goes on, and
 //! rows waiting for calls before them are only ever waiting for calls that go on. A call
 //! takes its room before it claims its exactly-once positions, so a call waiting for
@@ -56,9 +59,10 @@ pub struct ShredGate {
 struct Waiting {
     calls: usize,
     bytes: usize,
-    /// Of `calls`, those whose rows are handed in: the encoder takes them whatever any
-    /// call does.
+    /// Of `calls` and `bytes`, those whose rows are handed in: the encoder takes them
+    /// whatever any call does.
     handed_in: usize,
+    handed_in_bytes: usize,
     /// Calls waiting for room, by when they began to wait: the first goes in first.
     line: BTreeSet<u64>,
     /// The place in line of the next call to wait.
@@ -94,9 +98,20 @@ impl ShredGate {
         }
     }
 
-    /// Whether there is room for a call of `bytes`.
-    fn has_room_for(&self, waiting: &Waiting, bytes: usize) -> bool {
-        waiting.calls < CALLS_AHEAD || waiting.bytes + bytes <= self.bytes_ahead
+    /// Whether there is room for a call of `bytes` (`place`: its own in line, if any).
+    /// While other calls wait in line, only [`CALLS_AHEAD`] counts: rows then wait
+    /// shredded for a few calls, not for however many fit in the bytes.
+    fn has_room_for(&self, waiting: &Waiting, bytes: usize, place: Option<u64>) -> bool {
+        let others_in_line = waiting.line.len() - usize::from(place.is_some());
+        match others_in_line {
+            0 => self.fits(waiting.calls, waiting.bytes, bytes),
+            _ => waiting.calls < CALLS_AHEAD,
+        }
+    }
+
+    /// Whether a call of `bytes` fits beside `calls` of `waiting_bytes`.
+    fn fits(&self, calls: usize, waiting_bytes: usize, bytes: usize) -> bool {
+        calls < CALLS_AHEAD || waiting_bytes + bytes <= self.bytes_ahead
     }
 
     /// Whether a call of `bytes` standing so gets in; `place`: its place in line, if it
@@ -108,11 +123,23 @@ impl ShredGate {
         standing: Standing,
         place: Option<u64>,
     ) -> bool {
-        let room = self.has_room_for(waiting, bytes);
+        let room = self.has_room_for(waiting, bytes, place);
         let first = waiting.line.first().is_none_or(|&f| Some(f) == place);
         match standing {
             Standing::Together => true,
-            Standing::Turn => room || waiting.calls > waiting.handed_in,
+            // Rooms handed in come back whatever calls do; rooms not handed in may wait
+            // for this call: it waits only if those alone would leave it room.
+            // (Ahead of the line, by the calls and the bytes alone: the same rule with
+            // and without the rooms handed in, so a call that waits is sure to get in
+            // once those come back.)
+            Standing::Turn => {
+                self.fits(waiting.calls, waiting.bytes, bytes)
+                    || !self.fits(
+                        waiting.calls - waiting.handed_in,
+                        waiting.bytes - waiting.handed_in_bytes,
+                        bytes,
+                    )
+            }
             Standing::InLine => room && first,
         }
     }
@@ -153,7 +180,9 @@ impl Room {
     /// does): a call in its turn no longer needs to go in for them.
     pub fn hand_in(&mut self) {
         if !std::mem::replace(&mut self.handed_in, true) {
-            self.gate.waiting.locked().handed_in += 1;
+            let mut waiting = self.gate.waiting.locked();
+            waiting.handed_in += 1;
+            waiting.handed_in_bytes += self.bytes;
         }
     }
 }
@@ -163,7 +192,10 @@ impl Drop for Room {
         let mut waiting = self.gate.waiting.locked();
         waiting.calls -= 1;
         waiting.bytes -= self.bytes;
-        waiting.handed_in -= usize::from(self.handed_in);
+        if self.handed_in {
+            waiting.handed_in -= 1;
+            waiting.handed_in_bytes -= self.bytes;
+        }
         drop(waiting);
         self.gate.freed.notify_waiters();
     }
@@ -195,7 +227,12 @@ impl ShredGate {
                 if self.lets_in(&waiting, bytes, standing, place) {
                     waiting.calls += 1;
                     waiting.bytes += bytes;
+                    let others_wait = waiting.line.len() > usize::from(place.is_some());
                     drop(waiting);
+                    if others_wait {
+                        // A room not handed in may let a call in its turn go in.
+                        self.freed.notify_waiters();
+                    }
                     let room = Room {
                         gate: self.clone(),
                         bytes,
@@ -217,7 +254,7 @@ impl ShredGate {
     /// Whether a call would now wait for room (however small): no call still shredding
     /// will hand in rows until the encoder takes some, so a group need not wait for more.
     pub fn is_full(&self) -> bool {
-        !self.has_room_for(&self.waiting.locked(), 0)
+        !self.has_room_for(&self.waiting.locked(), 0, None)
     }
 
     /// Rooms that leave none.
@@ -422,19 +459,76 @@ mod tests {
     #[tokio::test]
     async fn only_a_call_in_its_turn_or_together_goes_past_a_full_gate() {
         let gate = Arc::new(ShredGate::default());
-        let mut rooms = gate.fill().await;
-        rooms[1..].iter_mut().for_each(Room::hand_in);
-        // One room's call has not handed in: it may be waiting for the call in its turn.
+        let rooms = gate.fill().await;
+        // Calls that have not handed in fill the gate: they may be waiting for the
+        // call in its turn.
         let (turn, _) = entered(spawn_standing(&gate, Standing::Turn), "its turn").await;
         let (together, _) = entered(spawn_standing(&gate, Standing::Together), "together").await;
         let in_line = spawn_standing(&gate, Standing::InLine);
         a_moment().await;
         assert!(!in_line.is_finished());
         assert_eq!(gate.waiting.locked().calls, CALLS_AHEAD + 2);
-        assert_eq!(gate.waiting.locked().handed_in, CALLS_AHEAD - 1);
+        assert_eq!(gate.waiting.locked().handed_in, 0);
         drop((turn, together, rooms));
         let (room, _) = entered(in_line, "rooms given back").await;
         drop(room);
         all_given_back(&gate);
+    }
+
+    #[tokio::test]
+    async fn a_gate_with_calls_in_line_is_full() {
+        let gate = Arc::new(ShredGate::default());
+        let _rooms = rooms(&gate, CALLS_AHEAD, 10).await;
+        assert!(!gate.is_full(), "the bytes leave room");
+        let large = spawn_call(&gate, BYTES_AHEAD);
+        a_moment().await;
+        assert!(!large.is_finished());
+        assert!(
+            gate.is_full(),
+            "a call waits in line: none still shredding can hand in rows, so a group \
+             gathering for them waits in vain"
+        );
+    }
+
+    #[tokio::test]
+    async fn calls_in_their_turn_do_not_pile_up_behind_one_room_not_handed_in() {
+        let gate = Arc::new(ShredGate::default());
+        let mut rooms = gate.fill().await;
+        // The first room's call waits for earlier calls (it has not handed in); the
+        // rest are handed in. Calls then take their turn one after another.
+        rooms[1..].iter_mut().for_each(Room::hand_in);
+        let mut passed = 0;
+        for _ in 0..4 * CALLS_AHEAD {
+            let call = spawn_standing(&gate, Standing::Turn);
+            a_moment().await;
+            if !call.is_finished() {
+                call.abort();
+                break;
+            }
+            let (mut room, _) = call.await.unwrap();
+            room.hand_in();
+            rooms.push(room);
+            passed += 1;
+        }
+        assert_eq!(
+            passed, 0,
+            "calls in their turn went past a gate full of rows handed in"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_in_its_turn_goes_in_when_small_calls_yet_to_hand_in_fill_the_calls() {
+        // Found by tests/upsert_order.rs: eight small calls that wait for the call in its
+        // turn hold every room, their bytes far under the limit, and another call waits in
+        // line (which turns the bytes rule off for those in line).
+        let gate = Arc::new(ShredGate::new(4_096));
+        let _rooms = rooms(&gate, CALLS_AHEAD, 100).await;
+        let in_line = spawn_call(&gate, 100_000);
+        a_moment().await;
+        assert!(!in_line.is_finished());
+        let turn = spawn_standing(&gate, Standing::Turn);
+        let (room, _) = entered(turn, "the calls holding the room wait for it").await;
+        drop(room);
+        in_line.abort();
     }
 }
