@@ -179,7 +179,7 @@ type output struct {
 	namespace  *service.InterpolatedString
 	table      *service.InterpolatedString
 	// Per-message row operation; nil when every message is an insert.
-	rowOp *service.InterpolatedString
+	rowOp *rowOperation
 	// Whether calls keep their place in arrival order (keyed writes, atomic_tables).
 	ordered bool
 	// Exactly-once positions; nil when off.
@@ -342,12 +342,17 @@ func backoffAfter(n int) time.Duration {
 }
 
 func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (*output, error) {
-	rowOp, err := conf.FieldInterpolatedString(fRowOperation)
+	rowOpText, err := conf.FieldString(fRowOperation)
 	if err != nil {
 		return nil, err
 	}
-	if op, static := rowOp.Static(); static && strings.EqualFold(strings.TrimSpace(op), "insert") {
-		rowOp = nil
+	rowOpInterpolated, err := conf.FieldInterpolatedString(fRowOperation)
+	if err != nil {
+		return nil, err
+	}
+	var rowOp *rowOperation
+	if op, static := rowOpInterpolated.Static(); !static || !strings.EqualFold(strings.TrimSpace(op), "insert") {
+		rowOp = newRowOperation(rowOpText, rowOpInterpolated)
 	}
 	cfg, err := checkedConfig(conf)
 	if err != nil {
@@ -505,7 +510,7 @@ func (o *output) operations(batch service.MessageBatch, failures []error) []stri
 	}
 	ops := make([]string, len(batch))
 	for i, m := range batch {
-		op, err := o.rowOp.TryString(m)
+		op, err := o.rowOp.of(m)
 		if err != nil {
 			failures[i] = fmt.Errorf("message %d: row_operation interpolation: %w", i, err)
 			continue
