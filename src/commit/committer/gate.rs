@@ -12,11 +12,12 @@
 //! the encoder writes the group before them. The room a call takes is given back when
 //! the encoder takes its rows, or when they are not handed in after all.
 //!
-//! Calls get room in the order they came to wait for it: one arriving later never takes
-//! room a waiting call is owed, so it cannot claim an exactly-once position (or hand in
-//! rows) ahead of it because it happened to be woken first. (A call that reaches the
-//! gate first, or one committing with other tables, still may: that is the limit
-//! `docs/upserts.md` states for redeliveries.)
+//! Calls waiting for room get it in arrival order: ordered calls by their tickets (the
+//! earlier can hand their rows in sooner, and a later call never claims an exactly-once
+//! position ahead of an earlier one waiting here), others first come, first in. A call
+//! that arrives at the gate never takes room a waiting call before it is owed. (One
+//! committing with other tables still may: that is the limit `docs/upserts.md` states
+//! for redeliveries.)
 //!
 //! Never a deadlock: a call whose turn it is to hand in rows for the table (every call
 //! before it has; see [`crate::commit::order`]) waits for room only while the rooms held
@@ -63,18 +64,25 @@ struct Waiting {
     /// whatever any call does.
     handed_in: usize,
     handed_in_bytes: usize,
-    /// Calls waiting for room, by when they began to wait: the first goes in first.
-    line: BTreeSet<u64>,
+    /// Calls waiting for room, by their priority and then by when they began to wait:
+    /// the first goes in first.
+    line: BTreeSet<Place>,
     /// The place in line of the next call to wait.
     next_place: u64,
 }
+
+/// A place in line: the call's priority (lower first: the ticket of an ordered call, so
+/// earlier calls, which can hand their rows in sooner, shred first), then when it began to
+/// wait.
+type Place = (u64, u64);
 
 /// What lets a call in besides room of its own (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Standing {
     /// Waits in line for room.
     InLine,
-    /// Its turn to hand in rows: goes in unless every room is held by rows handed in.
+    /// Its turn to hand in rows: ahead of the line, and past the limits while the calls
+    /// yet to hand in fill them alone (they may be waiting for it).
     Turn,
     /// Commits with other tables: goes in at once.
     Together,
@@ -101,7 +109,7 @@ impl ShredGate {
     /// Whether there is room for a call of `bytes` (`place`: its own in line, if any).
     /// While other calls wait in line, only [`CALLS_AHEAD`] counts: rows then wait
     /// shredded for a few calls, not for however many fit in the bytes.
-    fn has_room_for(&self, waiting: &Waiting, bytes: usize, place: Option<u64>) -> bool {
+    fn has_room_for(&self, waiting: &Waiting, bytes: usize, place: Option<Place>) -> bool {
         let others_in_line = waiting.line.len() - usize::from(place.is_some());
         match others_in_line {
             0 => self.fits(waiting.calls, waiting.bytes, bytes),
@@ -121,7 +129,7 @@ impl ShredGate {
         waiting: &Waiting,
         bytes: usize,
         standing: Standing,
-        place: Option<u64>,
+        place: Option<Place>,
     ) -> bool {
         let room = self.has_room_for(waiting, bytes, place);
         let first = waiting.line.first().is_none_or(|&f| Some(f) == place);
@@ -148,12 +156,12 @@ impl ShredGate {
 /// A call's place among those waiting for room, until dropped (it got in, or gave up).
 struct InLine<'g> {
     gate: &'g ShredGate,
-    place: u64,
+    place: Place,
 }
 
 impl<'g> InLine<'g> {
-    fn join(gate: &'g ShredGate, waiting: &mut Waiting) -> Self {
-        let place = waiting.next_place;
+    fn join(gate: &'g ShredGate, waiting: &mut Waiting, priority: u64) -> Self {
+        let place = (priority, waiting.next_place);
         waiting.next_place += 1;
         waiting.line.insert(place);
         InLine { gate, place }
@@ -203,11 +211,11 @@ impl Drop for Room {
 
 impl ShredGate {
     /// Room for a call of `bytes` of JSON, once it may go in as it stands (`standing`,
-    /// asked again whenever `standing_changed` is notified). Also whether the call had to
-    /// wait.
+    /// asked again whenever `standing_changed` is notified); in line, calls of a lower
+    /// `priority` go first. Also whether the call had to wait.
     pub async fn enter(
         self: &Arc<Self>,
-        bytes: usize,
+        (bytes, priority): (usize, u64),
         standing: impl Fn() -> Standing,
         standing_changed: &Notify,
     ) -> (Room, bool) {
@@ -241,7 +249,9 @@ impl ShredGate {
                     return (room, in_line.is_some());
                 }
                 if in_line.is_none() {
-                    in_line = Some(InLine::join(self, &mut waiting));
+                    in_line = Some(InLine::join(self, &mut waiting, priority));
+                    // It may have joined ahead of everyone in line: asked again at once.
+                    continue;
                 }
             }
             tokio::select! {
@@ -263,7 +273,11 @@ impl ShredGate {
         let never = Notify::new();
         let mut rooms = Vec::new();
         while !self.is_full() {
-            rooms.push(self.enter(BYTES_AHEAD, || Standing::InLine, &never).await.0);
+            rooms.push(
+                self.enter((BYTES_AHEAD, 0), || Standing::InLine, &never)
+                    .await
+                    .0,
+            );
         }
         rooms
     }
@@ -283,7 +297,7 @@ mod tests {
         let never = Notify::new();
         let mut rooms = Vec::new();
         for _ in 0..n {
-            let (room, waited) = gate.enter(bytes, || Standing::InLine, &never).await;
+            let (room, waited) = gate.enter((bytes, 0), || Standing::InLine, &never).await;
             assert!(!waited);
             rooms.push(room);
         }
@@ -295,7 +309,7 @@ mod tests {
         let gate = gate.clone();
         tokio::spawn(async move {
             let never = Notify::new();
-            gate.enter(bytes, || Standing::InLine, &never).await
+            gate.enter((bytes, 0), || Standing::InLine, &never).await
         })
     }
 
@@ -384,7 +398,7 @@ mod tests {
                     true => Standing::Turn,
                     false => Standing::InLine,
                 };
-                gate.enter(5, standing, &changed).await
+                gate.enter((5, 0), standing, &changed).await
             })
         };
         a_moment().await;
@@ -411,7 +425,7 @@ mod tests {
         let gate = gate.clone();
         tokio::spawn(async move {
             let never = Notify::new();
-            gate.enter(1, || standing, &never).await
+            gate.enter((1, 0), || standing, &never).await
         })
     }
 
@@ -426,7 +440,9 @@ mod tests {
         // One room given back; a call comes before the waiting one is run again.
         rooms.pop();
         let never = Notify::new();
-        let later = gate.enter(1, || Standing::InLine, &never).now_or_never();
+        let later = gate
+            .enter((1, 0), || Standing::InLine, &never)
+            .now_or_never();
         assert!(
             later.is_none(),
             "a later call took the room an earlier one waits for: it would claim its \
@@ -530,5 +546,30 @@ mod tests {
         let (room, _) = entered(turn, "the calls holding the room wait for it").await;
         drop(room);
         in_line.abort();
+    }
+
+    #[tokio::test]
+    async fn an_earlier_ordered_call_gets_room_before_a_later_one_that_waited_longer() {
+        let gate = Arc::new(ShredGate::default());
+        let mut rooms = gate.fill().await;
+        let in_line = |ticket: u64| {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                let never = Notify::new();
+                gate.enter((1, ticket), || Standing::InLine, &never).await
+            })
+        };
+        // A redelivery (ticket 9) reached the gate before the call it repeats (ticket 5).
+        let later = in_line(9);
+        a_moment().await;
+        let earlier = in_line(5);
+        a_moment().await;
+        rooms.pop();
+        let (room, _) = entered(earlier, "the earlier call gets the room").await;
+        assert!(!later.is_finished(), "the later call got ahead of it");
+        drop((room, rooms));
+        let (room, _) = entered(later, "then the later one").await;
+        drop(room);
+        all_given_back(&gate);
     }
 }

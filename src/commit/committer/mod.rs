@@ -310,7 +310,11 @@ impl TableCommitter {
             false if order.may_hand_in(ticket, &ident) => Standing::Turn,
             false => Standing::InLine,
         };
-        let (room, waited) = self.gate.enter(bytes, standing, order.changed()).await;
+        // In line, earlier tickets first (unordered calls, ticket 0, first come first).
+        let (room, waited) = self
+            .gate
+            .enter((bytes, ticket), standing, order.changed())
+            .await;
         if waited {
             self.options.stats.waited_to_shred();
         }
