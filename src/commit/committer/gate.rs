@@ -14,7 +14,8 @@
 //!
 //! Calls waiting for room get it in arrival order: ordered calls by their tickets (the
 //! earlier can hand their rows in sooner, and a later call never claims an exactly-once
-//! position ahead of an earlier one waiting here), others first come, first in. A call
+//! position ahead of an earlier one waiting here), unordered ones after them, first come,
+//! first in. A call
 //! that arrives at the gate never takes room a waiting call before it is owed. (One
 //! committing with other tables still may: that is the limit `docs/upserts.md` states
 //! for redeliveries.)
@@ -72,8 +73,8 @@ struct Waiting {
 }
 
 /// A place in line: the call's priority (lower first: the ticket of an ordered call, so
-/// earlier calls, which can hand their rows in sooner, shred first), then when it began to
-/// wait.
+/// earlier calls, which can hand their rows in sooner, shred first; unordered calls
+/// last), then when it began to wait.
 type Place = (u64, u64);
 
 /// What lets a call in besides room of its own (see the module docs).
@@ -570,6 +571,37 @@ mod tests {
         drop((room, rooms));
         let (room, _) = entered(later, "then the later one").await;
         drop(room);
+        all_given_back(&gate);
+    }
+
+    #[tokio::test]
+    async fn a_later_call_does_not_take_the_room_a_call_in_its_turn_waits_for() {
+        use futures::FutureExt;
+        let gate = Arc::new(ShredGate::default());
+        let mut rooms = gate.fill().await;
+        // The rooms not handed in alone would leave the call in its turn room: it waits.
+        rooms[0].hand_in();
+        let turn = {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                let never = Notify::new();
+                gate.enter((1, 5), || Standing::Turn, &never).await
+            })
+        };
+        a_moment().await;
+        assert!(!turn.is_finished());
+        // One room back; a later call comes before the waiting one runs again.
+        rooms.pop();
+        let never = Notify::new();
+        let later = gate
+            .enter((1, 6), || Standing::InLine, &never)
+            .now_or_never();
+        assert!(
+            later.is_none(),
+            "a later call took the room the call in its turn waits for"
+        );
+        let (room, _) = entered(turn, "the call in its turn gets the room").await;
+        drop((room, rooms));
         all_given_back(&gate);
     }
 }

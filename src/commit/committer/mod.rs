@@ -310,10 +310,16 @@ impl TableCommitter {
             false if order.may_hand_in(ticket, &ident) => Standing::Turn,
             false => Standing::InLine,
         };
-        // In line, earlier tickets first (unordered calls, ticket 0, first come first).
+        // In line, earlier tickets first; unordered calls after them, first come first
+        // (a writer that mixed them would otherwise let unordered calls take the room a
+        // call in its turn waits for).
+        let priority = match ticket {
+            UNORDERED => u64::MAX,
+            ticket => ticket,
+        };
         let (room, waited) = self
             .gate
-            .enter((bytes, ticket), standing, order.changed())
+            .enter((bytes, priority), standing, order.changed())
             .await;
         if waited {
             self.options.stats.waited_to_shred();
