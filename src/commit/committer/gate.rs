@@ -432,27 +432,37 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_arriving_later_does_not_take_the_room_a_waiting_call_is_owed() {
-        use futures::FutureExt;
         let gate = Arc::new(ShredGate::default());
-        let mut rooms = gate.fill().await;
+        let rooms = gate.fill().await;
         let earlier = spawn_call(&gate, 1);
+        // It would claim its exactly-once positions first.
+        room_given_back_goes_to(&gate, rooms, earlier, 0).await;
+    }
+
+    /// With every room taken and `waiting` blocked, one room is given back and a call of
+    /// `later_priority` comes before the waiting one runs again: it must not take it.
+    async fn room_given_back_goes_to(
+        gate: &Arc<ShredGate>,
+        mut rooms: Vec<Room>,
+        waiting: tokio::task::JoinHandle<(Room, bool)>,
+        later_priority: u64,
+    ) {
+        use futures::FutureExt;
         a_moment().await;
-        assert!(!earlier.is_finished());
-        // One room given back; a call comes before the waiting one is run again.
+        assert!(!waiting.is_finished());
         rooms.pop();
         let never = Notify::new();
         let later = gate
-            .enter((1, 0), || Standing::InLine, &never)
+            .enter((1, later_priority), || Standing::InLine, &never)
             .now_or_never();
         assert!(
             later.is_none(),
-            "a later call took the room an earlier one waits for: it would claim its \
-             exactly-once positions first"
+            "a later call took the room a waiting one is owed"
         );
-        let (room, waited) = entered(earlier, "the waiting call gets the room").await;
+        let (room, waited) = entered(waiting, "the waiting call gets the room").await;
         assert!(waited);
         drop((room, rooms));
-        all_given_back(&gate);
+        all_given_back(gate);
     }
 
     #[tokio::test]
@@ -576,7 +586,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_later_call_does_not_take_the_room_a_call_in_its_turn_waits_for() {
-        use futures::FutureExt;
         let gate = Arc::new(ShredGate::default());
         let mut rooms = gate.fill().await;
         // The rooms not handed in alone would leave the call in its turn room: it waits.
@@ -588,20 +597,6 @@ mod tests {
                 gate.enter((1, 5), || Standing::Turn, &never).await
             })
         };
-        a_moment().await;
-        assert!(!turn.is_finished());
-        // One room back; a later call comes before the waiting one runs again.
-        rooms.pop();
-        let never = Notify::new();
-        let later = gate
-            .enter((1, 6), || Standing::InLine, &never)
-            .now_or_never();
-        assert!(
-            later.is_none(),
-            "a later call took the room the call in its turn waits for"
-        );
-        let (room, _) = entered(turn, "the call in its turn gets the room").await;
-        drop((room, rooms));
-        all_given_back(&gate);
+        room_given_back_goes_to(&gate, rooms, turn, 6).await;
     }
 }
