@@ -53,6 +53,8 @@ const BYTES_AHEAD: usize = 8 << 20;
 pub struct ShredGate {
     waiting: Mutex<Waiting>,
     freed: Notify,
+    /// Notified when a call begins to wait in line (the gate may have become full).
+    joined: Notify,
     /// JSON bytes that may wait beyond [`CALLS_AHEAD`] calls.
     bytes_ahead: usize,
 }
@@ -103,6 +105,7 @@ impl ShredGate {
         ShredGate {
             waiting: Mutex::default(),
             freed: Notify::new(),
+            joined: Notify::new(),
             bytes_ahead: max_group_bytes.min(BYTES_AHEAD),
         }
     }
@@ -165,6 +168,7 @@ impl<'g> InLine<'g> {
         let place = (priority, waiting.next_place);
         waiting.next_place += 1;
         waiting.line.insert(place);
+        gate.joined.notify_waiters();
         InLine { gate, place }
     }
 }
@@ -266,6 +270,12 @@ impl ShredGate {
     /// will hand in rows until the encoder takes some, so a group need not wait for more.
     pub fn is_full(&self) -> bool {
         !self.has_room_for(&self.waiting.locked(), 0, None)
+    }
+
+    /// Resolves when a call begins to wait in line: a group gathering for more calls
+    /// asks [`Self::is_full`] again.
+    pub fn call_joins_line(&self) -> tokio::sync::futures::Notified<'_> {
+        self.joined.notified()
     }
 
     /// Rooms that leave none.

@@ -157,6 +157,11 @@ pub(super) async fn collect(
         let next = match queue.try_recv() {
             Ok(p) => Some(p),
             Err(_) => {
+                // Enabled before the gate is asked, so a call that begins to wait after
+                // is seen.
+                let joins = gate.call_joins_line();
+                tokio::pin!(joins);
+                joins.as_mut().enable();
                 let now = Instant::now();
                 // Callers that wait for room to shred come only once this group is
                 // taken: gathering stops.
@@ -165,13 +170,15 @@ pub(super) async fn collect(
                     _ => now,
                 };
                 let until = linger_until.max(gather_until);
+                let gathers = gather_until > linger_until;
                 if until <= now {
                     None
                 } else {
-                    tokio::time::timeout_at(until.into(), queue.recv())
-                        .await
-                        .ok()
-                        .flatten()
+                    tokio::select! {
+                        p = tokio::time::timeout_at(until.into(), queue.recv()) => p.ok().flatten(),
+                        // The gate may be full now: asked again.
+                        _ = &mut joins, if gathers => continue,
+                    }
                 }
             }
         };
@@ -393,6 +400,41 @@ mod tests {
             "waited for callers that cannot come"
         );
         drop(tx);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_starts_to_wait_for_room_ends_the_gathering() {
+        use super::super::gate::Standing;
+        let gate = Arc::new(ShredGate::new(1_000));
+        let never = tokio::sync::Notify::new();
+        let mut rooms = Vec::new();
+        for _ in 0..8 {
+            rooms.push(gate.enter((10, 0), || Standing::InLine, &never).await.0);
+        }
+        assert!(!gate.is_full());
+        // A large call comes once the gathering waits: it finds no room.
+        let late = {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let never = tokio::sync::Notify::new();
+                gate.enter((2_000, 0), || Standing::InLine, &never).await
+            })
+        };
+        let (_tx, mut rx) = mpsc::unbounded_channel::<Pending>();
+        let t0 = Instant::now();
+        let g = Gathering::new(Some(16), Duration::from_millis(500), t0);
+        let opts = options(0, 100, 1_000);
+        let group = collect(pending(1, 10), &mut rx, &mut None, (&opts, &gate), Some(g)).await;
+        assert_eq!(sizes(&group), vec![1]);
+        assert!(gate.is_full());
+        assert!(
+            t0.elapsed() < Duration::from_millis(100),
+            "gathered for callers that cannot come: {:?}",
+            t0.elapsed()
+        );
+        late.abort();
+        drop(rooms);
     }
 
     #[test]
