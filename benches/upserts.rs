@@ -561,17 +561,9 @@ fn pipeline_cpu(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
             let (started, cpu_before) = (Instant::now(), process_cpu_ms());
             let outs: Vec<_> = rt.block_on(
                 // In arrival order, as the Go host hands them in (tickets).
-                futures::stream::iter(messages.iter().map(|m| {
-                    let ticket = w.arrive();
-                    let w = &w;
-                    async move {
-                        let out = w.write_call(ticket, m, vec![None; m.len()]).await;
-                        w.depart(ticket);
-                        out
-                    }
-                }))
-                .buffered(4)
-                .collect(),
+                futures::stream::iter(messages.iter().map(|m| call_in_turn(&w, w.arrive(), m)))
+                    .buffered(4)
+                    .collect(),
             );
             let (secs, cpu_ms) = (
                 started.elapsed().as_secs_f64(),
@@ -673,12 +665,7 @@ fn in_flight(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
                         "insert" => floe::commit::order::UNORDERED,
                         _ => w.arrive(),
                     };
-                    let w = &w;
-                    async move {
-                        let out = w.write_call(ticket, m, vec![None; m.len()]).await;
-                        w.depart(ticket);
-                        out
-                    }
+                    call_in_turn(&w, ticket, m)
                 });
                 for out in rt.block_on(futures::future::join_all(calls)) {
                     let out = out.expect("write call");
@@ -698,6 +685,20 @@ fn in_flight(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
             summary(&mut wall, 0)
         );
     }
+}
+
+/// One call under `ticket` (from [`Writer::arrive`], or unordered), given back once it
+/// is over, as the Go host does.
+async fn call_in_turn(
+    w: &Writer,
+    ticket: floe::commit::order::Ticket,
+    messages: &[Message<'_>],
+) -> floe::error::Result<floe::writer::BatchOutcome> {
+    let out = w
+        .write_call(ticket, messages, vec![None; messages.len()])
+        .await;
+    w.depart(ticket);
+    out
 }
 
 /// The heap's peak above its level before `f`, sampled every millisecond by another

@@ -350,8 +350,7 @@ impl Writer {
                 failures.insert(i, Error::new(ErrorKind::Data, e));
                 continue;
             }
-            if groups.same_as_last(m) {
-                groups.push_to_last(i);
+            if groups.join_last(m, i) {
                 continue;
             }
             match self.resolve_ident(m) {
@@ -712,13 +711,14 @@ struct TableGroups<'m> {
 }
 
 impl<'m> TableGroups<'m> {
-    fn same_as_last(&self, m: &Message<'m>) -> bool {
-        matches!(self.last, Some((names, _)) if names == (m.namespace, m.table))
-    }
-
-    fn push_to_last(&mut self, i: usize) {
-        if let Some((_, group)) = self.last {
-            self.by_table[group].1.push(i);
+    /// Message `i` joins the last message's table if it names it the same way.
+    fn join_last(&mut self, m: &Message<'m>, i: usize) -> bool {
+        match self.last {
+            Some((names, group)) if names == (m.namespace, m.table) => {
+                self.by_table[group].1.push(i);
+                true
+            }
+            _ => false,
         }
     }
 

@@ -15,17 +15,16 @@
 //! Calls waiting for room get it in arrival order: ordered calls by their tickets (the
 //! earlier can hand their rows in sooner, and a later call never claims an exactly-once
 //! position ahead of an earlier one waiting here), unordered ones after them, first come,
-//! first in. A call
-//! that arrives at the gate never takes room a waiting call before it is owed. (One
-//! committing with other tables still may: that is the limit `docs/upserts.md` states
-//! for redeliveries.)
+//! first in. A call that arrives at the gate never takes room a waiting call before it
+//! is owed. (One committing with other tables still may: that is the limit
+//! `docs/upserts.md` states for redeliveries.)
 //!
 //! Never a deadlock: a call whose turn it is to hand in rows for the table (every call
 //! before it has; see [`crate::commit::order`]) waits for room only while the rooms held
 //! by calls yet to hand in (which may be waiting for this one) would leave it some: the
 //! rest hold rows already handed in, which the encoder takes whatever calls do. If those
-//! not handed in fill the gate alone, it goes in. A call committing with other tables (`commit.atomic_tables`), whose commit waits
-//! for theirs, never waits. So the earliest call not yet handed in always goes on, and
+//! not handed in fill the gate alone, it goes in. A call committing with other tables
+//! (`commit.atomic_tables`), whose commit waits for theirs, never waits. So the earliest call not yet handed in always goes on, and
 //! rows waiting for calls before them are only ever waiting for calls that go on. A call
 //! takes its room before it claims its exactly-once positions, so a call waiting for
 //! room holds no claim an earlier call could be refused on. (A host that mixes ordered
@@ -135,8 +134,6 @@ impl ShredGate {
         standing: Standing,
         place: Option<Place>,
     ) -> bool {
-        let room = self.has_room_for(waiting, bytes, place);
-        let first = waiting.line.first().is_none_or(|&f| Some(f) == place);
         match standing {
             Standing::Together => true,
             // Rooms handed in come back whatever calls do; rooms not handed in may wait
@@ -152,7 +149,10 @@ impl ShredGate {
                         bytes,
                     )
             }
-            Standing::InLine => room && first,
+            Standing::InLine => {
+                let first = waiting.line.first().is_none_or(|&f| Some(f) == place);
+                first && self.has_room_for(waiting, bytes, place)
+            }
         }
     }
 }
@@ -281,14 +281,22 @@ impl ShredGate {
     /// Rooms that leave none.
     #[cfg(test)]
     pub(super) async fn fill(self: &Arc<Self>) -> Vec<Room> {
-        let never = Notify::new();
         let mut rooms = Vec::new();
         while !self.is_full() {
-            rooms.push(
-                self.enter((BYTES_AHEAD, 0), || Standing::InLine, &never)
-                    .await
-                    .0,
-            );
+            rooms.extend(self.rooms(1, BYTES_AHEAD).await);
+        }
+        rooms
+    }
+
+    /// `n` calls of `bytes` each, in at once (the gate must have room for them).
+    #[cfg(test)]
+    pub(super) async fn rooms(self: &Arc<Self>, n: usize, bytes: usize) -> Vec<Room> {
+        let never = Notify::new();
+        let mut rooms = Vec::new();
+        for _ in 0..n {
+            let (room, waited) = self.enter((bytes, 0), || Standing::InLine, &never).await;
+            assert!(!waited, "the gate had no room");
+            rooms.push(room);
         }
         rooms
     }
@@ -303,25 +311,23 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    /// `n` calls of `bytes` each, in at once (the gate must have room for them).
-    async fn rooms(gate: &Arc<ShredGate>, n: usize, bytes: usize) -> Vec<Room> {
-        let never = Notify::new();
-        let mut rooms = Vec::new();
-        for _ in 0..n {
-            let (room, waited) = gate.enter((bytes, 0), || Standing::InLine, &never).await;
-            assert!(!waited);
-            rooms.push(room);
-        }
-        rooms
-    }
-
-    /// A call of `bytes` entering `gate` on a task of its own.
-    fn spawn_call(gate: &Arc<ShredGate>, bytes: usize) -> tokio::task::JoinHandle<(Room, bool)> {
+    /// A call of `bytes` and `priority` entering `gate` as `standing`, on a task of its
+    /// own.
+    fn spawn_entering(
+        gate: &Arc<ShredGate>,
+        (bytes, priority): (usize, u64),
+        standing: Standing,
+    ) -> tokio::task::JoinHandle<(Room, bool)> {
         let gate = gate.clone();
         tokio::spawn(async move {
             let never = Notify::new();
-            gate.enter((bytes, 0), || Standing::InLine, &never).await
+            gate.enter((bytes, priority), || standing, &never).await
         })
+    }
+
+    /// An unordered call of `bytes` waiting in line, on a task of its own.
+    fn spawn_call(gate: &Arc<ShredGate>, bytes: usize) -> tokio::task::JoinHandle<(Room, bool)> {
+        spawn_entering(gate, (bytes, 0), Standing::InLine)
     }
 
     /// No room taken and no call in line.
@@ -343,12 +349,12 @@ mod tests {
     async fn calls_wait_once_enough_calls_and_bytes_wait() {
         let gate = Arc::new(ShredGate::default());
         // Many small calls: the bytes never fill, so none waits.
-        let small = rooms(&gate, CALLS_AHEAD * 4, 10).await;
+        let small = gate.rooms(CALLS_AHEAD * 4, 10).await;
         assert!(!gate.is_full());
         drop(small);
         all_given_back(&gate);
         // Large calls: the first CALLS_AHEAD go in whatever their size.
-        let mut rooms = rooms(&gate, CALLS_AHEAD, BYTES_AHEAD).await;
+        let mut rooms = gate.rooms(CALLS_AHEAD, BYTES_AHEAD).await;
         assert!(gate.is_full());
         let waiting = spawn_call(&gate, 1);
         a_moment().await;
@@ -365,7 +371,7 @@ mod tests {
     #[tokio::test]
     async fn no_more_than_a_group_waits_beyond_the_calls() {
         let gate = Arc::new(ShredGate::new(1_000));
-        let rooms = rooms(&gate, CALLS_AHEAD, 400).await;
+        let rooms = gate.rooms(CALLS_AHEAD, 400).await;
         assert!(
             gate.is_full(),
             "8 calls of 3,200 B, over a group of 1,000 B"
@@ -377,7 +383,7 @@ mod tests {
     #[tokio::test]
     async fn small_calls_do_not_get_ahead_of_a_large_one_waiting() {
         let gate = Arc::new(ShredGate::new(1_000));
-        let mut rooms = rooms(&gate, CALLS_AHEAD, 10).await;
+        let mut rooms = gate.rooms(CALLS_AHEAD, 10).await;
         let large = spawn_call(&gate, 2_000);
         a_moment().await;
         assert!(!large.is_finished(), "over the bytes, with 8 calls waiting");
@@ -428,18 +434,6 @@ mod tests {
         drop(room);
     }
 
-    /// A call entering `gate` as `standing` on a task of its own.
-    fn spawn_standing(
-        gate: &Arc<ShredGate>,
-        standing: Standing,
-    ) -> tokio::task::JoinHandle<(Room, bool)> {
-        let gate = gate.clone();
-        tokio::spawn(async move {
-            let never = Notify::new();
-            gate.enter((1, 0), || standing, &never).await
-        })
-    }
-
     #[tokio::test]
     async fn a_call_arriving_later_does_not_take_the_room_a_waiting_call_is_owed() {
         let gate = Arc::new(ShredGate::default());
@@ -480,7 +474,7 @@ mod tests {
         let gate = Arc::new(ShredGate::default());
         let mut rooms = gate.fill().await;
         rooms.iter_mut().for_each(Room::hand_in);
-        let turn = spawn_standing(&gate, Standing::Turn);
+        let turn = spawn_entering(&gate, (1, 0), Standing::Turn);
         a_moment().await;
         assert!(
             !turn.is_finished(),
@@ -499,9 +493,13 @@ mod tests {
         let rooms = gate.fill().await;
         // Calls that have not handed in fill the gate: they may be waiting for the
         // call in its turn.
-        let (turn, _) = entered(spawn_standing(&gate, Standing::Turn), "its turn").await;
-        let (together, _) = entered(spawn_standing(&gate, Standing::Together), "together").await;
-        let in_line = spawn_standing(&gate, Standing::InLine);
+        let (turn, _) = entered(spawn_entering(&gate, (1, 0), Standing::Turn), "its turn").await;
+        let (together, _) = entered(
+            spawn_entering(&gate, (1, 0), Standing::Together),
+            "together",
+        )
+        .await;
+        let in_line = spawn_entering(&gate, (1, 0), Standing::InLine);
         a_moment().await;
         assert!(!in_line.is_finished());
         assert_eq!(gate.waiting.locked().calls, CALLS_AHEAD + 2);
@@ -515,7 +513,7 @@ mod tests {
     #[tokio::test]
     async fn a_gate_with_calls_in_line_is_full() {
         let gate = Arc::new(ShredGate::default());
-        let _rooms = rooms(&gate, CALLS_AHEAD, 10).await;
+        let _rooms = gate.rooms(CALLS_AHEAD, 10).await;
         assert!(!gate.is_full(), "the bytes leave room");
         let large = spawn_call(&gate, BYTES_AHEAD);
         a_moment().await;
@@ -536,7 +534,7 @@ mod tests {
         rooms[1..].iter_mut().for_each(Room::hand_in);
         let mut passed = 0;
         for _ in 0..4 * CALLS_AHEAD {
-            let call = spawn_standing(&gate, Standing::Turn);
+            let call = spawn_entering(&gate, (1, 0), Standing::Turn);
             a_moment().await;
             if !call.is_finished() {
                 call.abort();
@@ -559,11 +557,11 @@ mod tests {
         // turn hold every room, their bytes far under the limit, and another call waits in
         // line (which turns the bytes rule off for those in line).
         let gate = Arc::new(ShredGate::new(4_096));
-        let _rooms = rooms(&gate, CALLS_AHEAD, 100).await;
+        let _rooms = gate.rooms(CALLS_AHEAD, 100).await;
         let in_line = spawn_call(&gate, 100_000);
         a_moment().await;
         assert!(!in_line.is_finished());
-        let turn = spawn_standing(&gate, Standing::Turn);
+        let turn = spawn_entering(&gate, (1, 0), Standing::Turn);
         let (room, _) = entered(turn, "the calls holding the room wait for it").await;
         drop(room);
         in_line.abort();
@@ -573,13 +571,7 @@ mod tests {
     async fn an_earlier_ordered_call_gets_room_before_a_later_one_that_waited_longer() {
         let gate = Arc::new(ShredGate::default());
         let mut rooms = gate.fill().await;
-        let in_line = |ticket: u64| {
-            let gate = gate.clone();
-            tokio::spawn(async move {
-                let never = Notify::new();
-                gate.enter((1, ticket), || Standing::InLine, &never).await
-            })
-        };
+        let in_line = |ticket: u64| spawn_entering(&gate, (1, ticket), Standing::InLine);
         // A redelivery (ticket 9) reached the gate before the call it repeats (ticket 5).
         let later = in_line(9);
         a_moment().await;
@@ -600,13 +592,7 @@ mod tests {
         let mut rooms = gate.fill().await;
         // The rooms not handed in alone would leave the call in its turn room: it waits.
         rooms[0].hand_in();
-        let turn = {
-            let gate = gate.clone();
-            tokio::spawn(async move {
-                let never = Notify::new();
-                gate.enter((1, 5), || Standing::Turn, &never).await
-            })
-        };
+        let turn = spawn_entering(&gate, (1, 5), Standing::Turn);
         room_given_back_goes_to(&gate, rooms, turn, 6).await;
     }
 }

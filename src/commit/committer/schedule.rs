@@ -406,11 +406,7 @@ mod tests {
     async fn a_call_that_starts_to_wait_for_room_ends_the_gathering() {
         use super::super::gate::Standing;
         let gate = Arc::new(ShredGate::new(1_000));
-        let never = tokio::sync::Notify::new();
-        let mut rooms = Vec::new();
-        for _ in 0..8 {
-            rooms.push(gate.enter((10, 0), || Standing::InLine, &never).await.0);
-        }
+        let rooms = gate.rooms(8, 10).await;
         assert!(!gate.is_full());
         // A large call comes once the gathering waits: it finds no room.
         let late = {
