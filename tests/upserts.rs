@@ -2417,3 +2417,65 @@ fn a_field_named_as_a_lineage_column_fails_alone_on_v3() {
     assert!(out.failures[1].is_none(), "{:?}", out.failures);
     call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"w"}"#)]);
 }
+
+/// Copy-on-write over a file whose every row an upsert replaces drops the file without
+/// reading it (its keys are known from when this writer wrote it): hidden from storage,
+/// the upsert still lands. A file that keeps one row must still be read, so the same
+/// upsert over a hidden file with one more key fails retryably, and lands once the file
+/// is back, keeping that key.
+#[test]
+fn copy_on_write_drops_a_wholly_replaced_file_without_reading_it() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(
+        dir.path(),
+        json!({"merge_strategy": "copy-on-write", "identifier_fields": ["id"],
+               "commit": {"max_retries": 1}}),
+    );
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    let upsert = |id: i64, v: &str| format!(r#"{{"tenant":"t","id":{id},"v":"{v}"}}"#);
+    let (a1, a2) = (upsert(1, "a"), upsert(2, "a"));
+    call(&rt, &w, &[("upsert", &a1), ("upsert", &a2)]);
+    let hide_the_data_files = || {
+        let data = walk(&dir.path().join("wh"));
+        let data: Vec<_> = data
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+            .collect();
+        assert_eq!(data.len(), 1, "{data:?}");
+        let hidden = data[0].with_extension("hidden");
+        std::fs::rename(&data[0], &hidden).unwrap();
+        move || std::fs::rename(&hidden, &data[0]).unwrap()
+    };
+    let _gone_for_good = hide_the_data_files();
+    let (b1, b2, b3) = (upsert(1, "b"), upsert(2, "b"), upsert(3, "b"));
+    call(
+        &rt,
+        &w,
+        &[("upsert", &b1), ("upsert", &b2), ("upsert", &b3)],
+    );
+    let mut model = Model::new();
+    for id in 1..=3 {
+        model.insert(("t".into(), id), vec!["b".into()]);
+    }
+    assert_eq!(scanned(&rt, &w, &config), expected(&model));
+
+    // Keys 1, 2 and 3 are in one file now; replacing 1 and 2 keeps 3, so it is read.
+    let restore = hide_the_data_files();
+    let (c1, c2) = (upsert(1, "c"), upsert(2, "c"));
+    let m = [&c1, &c2].map(|p| Message {
+        operation: Some("upsert"),
+        ..Message::insert(p.as_bytes())
+    });
+    let e = match rt.block_on(w.write_batch(&m)) {
+        Err(e) => e,
+        Ok(out) => out.failures[0].clone().expect("the kept row must be read"),
+    };
+    assert!(e.kind().is_retryable(), "{:?}: {e}", e.kind());
+    restore();
+    call(&rt, &w, &[("upsert", &c1), ("upsert", &c2)]);
+    for id in 1..=2 {
+        model.insert(("t".into(), id), vec!["c".into()]);
+    }
+    assert_eq!(scanned(&rt, &w, &config), expected(&model));
+}

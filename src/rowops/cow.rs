@@ -3,7 +3,8 @@
 //! Unity Catalog, Snowflake).
 //!
 //! Each file that holds a touched key (found by [`super::lookup`]) is rewritten without
-//! those rows, and the snapshot removes it. A file whose pages the removed rows leave
+//! those rows, and the snapshot removes it; a file all of whose rows are touched (as
+//! upserts that replace a whole earlier batch make them) is removed without being read. A file whose pages the removed rows leave
 //! mostly untouched is spliced ([`crate::write::splice`]: kept pages copied byte for
 //! byte, only the removed rows' pages re-encoded; memory holds the file); any other is
 //! streamed a batch at a time through one data-file sink shared by all such files, so
@@ -64,7 +65,11 @@ pub async fn rewrite(
 ) -> Result<Removed> {
     // Small rewrites go to scratch storage, uploaded with the attempt's manifests in
     // one round trip, and are indexed from their bytes there.
-    let rewritten: u64 = hits.iter().map(|h| h.file.file_size_in_bytes()).sum();
+    let rewritten: u64 = hits
+        .iter()
+        .filter(|h| !h.removes_every_row())
+        .map(|h| h.file.file_size_in_bytes())
+        .sum();
     let stage = rewritten <= STAGE_MAX_REWRITE_BYTES;
     let write_io = if stage { out.stage_io } else { file_io };
     let written = out.all;
@@ -91,6 +96,7 @@ pub async fn rewrite(
     let mut removed_by_manifest: BTreeMap<usize, HashSet<String>> = BTreeMap::new();
     let mut removed = Vec::with_capacity(hits.len());
     let mut added = Vec::new();
+    let mut dropped = 0;
     for hit in hits {
         if lineage.is_some() && hit.sequence_number.is_none() {
             // As merging refuses it: its rows' last-updated sequence number is unknown.
@@ -100,25 +106,19 @@ pub async fn rewrite(
                 hit.file.file_path()
             )));
         }
-        let spliced = match lineage {
-            Some(_) => Splice::Declined(None),
-            None => {
-                let io = (file_io, write_io);
-                splice(metadata, io, &hit, (settings, &current), written).await?
+        // A file that keeps none of its rows goes without being read.
+        let io = (file_io, write_io);
+        let shape = (settings, &current, lineage.as_ref());
+        if hit.removes_every_row() {
+            dropped += 1;
+        } else if let Some((file, bytes)) =
+            write_kept(metadata, io, &hit, shape, written, &mut sink).await?
+        {
+            remember_keys(keys, cache, &file, bytes);
+            if stage {
+                out.staged.push(file.file_path().to_string());
             }
-        };
-        match spliced {
-            Splice::Done(file, bytes) => {
-                remember_keys(keys, cache, &file, bytes);
-                if stage {
-                    out.staged.push(file.file_path().to_string());
-                }
-                added.push(*file);
-            }
-            Splice::Declined(read) => {
-                let kept = KeptRows::new(&hit, &current, lineage.as_ref());
-                stream_without(file_io, &hit, kept, &mut sink, read).await?;
-            }
+            added.push(*file);
         }
         removed_by_manifest
             .entry(hit.manifest)
@@ -157,8 +157,8 @@ pub async fn rewrite(
     )
     .await?;
     tracing::debug!(
-        "rewrote {} files in {files_done:?}, their manifests in {:?}",
-        removed.len(),
+        "rewrote {} files (and dropped {dropped} unread) in {files_done:?}, their manifests in {:?}",
+        removed.len() - dropped,
         started.elapsed() - files_done
     );
     Ok(Removed {
@@ -167,6 +167,34 @@ pub async fn rewrite(
         added,
         ..Removed::default()
     })
+}
+
+/// Writes the rows of `hit`'s file that it keeps: spliced into a file of their own
+/// (answered with its entry and bytes), or streamed into `sink` (`None`), in the
+/// current schema and, with `lineage`, the lineage columns.
+async fn write_kept(
+    metadata: &TableMetadata,
+    (file_io, write_io): (&FileIO, &FileIO),
+    hit: &Hit,
+    (settings, current, lineage): (&FileSettings, &SchemaRef, Option<&SchemaRef>),
+    written: &mut Vec<String>,
+    sink: &mut DataFileSink,
+) -> Result<Option<(Box<DataFile>, Bytes)>> {
+    let spliced = match lineage {
+        Some(_) => Splice::Declined(None),
+        None => {
+            let io = (file_io, write_io);
+            splice(metadata, io, hit, (settings, current), written).await?
+        }
+    };
+    match spliced {
+        Splice::Done(file, bytes) => Ok(Some((file, bytes))),
+        Splice::Declined(read) => {
+            let kept = KeptRows::new(hit, current, lineage);
+            stream_without(file_io, hit, kept, sink, read).await?;
+            Ok(None)
+        }
+    }
 }
 
 /// Indexes the keys of a spliced file from its bytes, so the next commit that touches

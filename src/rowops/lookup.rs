@@ -49,11 +49,24 @@ pub struct Hit {
     pub file: DataFile,
     /// Positions of the rows with touched keys, ascending.
     pub positions: Vec<u64>,
+    /// The rows the file holds, counted in the file itself (by this lookup or when the
+    /// file was indexed), not taken from its manifest entry.
+    pub rows: u64,
     /// The file's first row id, its own or inherited (v3 row lineage; `None` before).
     pub first_row_id: Option<i64>,
     /// The file's data sequence number (its rows' last-updated sequence number, unless
     /// the file says otherwise).
     pub sequence_number: Option<i64>,
+}
+
+impl Hit {
+    /// Whether every row of the file holds a touched key: positions are distinct and
+    /// below `rows`, so as many of them as rows are all of them. The manifest's count
+    /// must agree too, so that a cached index of another file at the same path, size
+    /// and count (never one floe wrote: its names are new) cannot drop a file unread.
+    pub fn removes_every_row(&self) -> bool {
+        self.positions.len() as u64 == self.rows && self.rows == self.file.record_count()
+    }
 }
 
 /// The live data files of `manifests` that hold touched keys, with the rows' positions.
@@ -87,8 +100,11 @@ pub async fn find_touched_rows(
             if !probe.ranges.may_hold(file) {
                 continue;
             }
-            let positions = match indexes.get(&signature, file) {
-                Some(index) if index.exact() => index.positions_of(probe.fingerprints),
+            let found = match indexes.get(&signature, file) {
+                Some(index) if index.exact() => Found {
+                    positions: index.positions_of(probe.fingerprints),
+                    rows: index.rows(),
+                },
                 Some(index) if !index.holds_any(probe.fingerprints) => continue,
                 Some(_) => touched_positions(file_io, file, probe, None).await?,
                 None if !indexes.fits(file) => {
@@ -96,20 +112,21 @@ pub async fn find_touched_rows(
                 }
                 None => {
                     let mut keys = Vec::with_capacity(file.record_count() as usize);
-                    let positions =
-                        touched_positions(file_io, file, probe, Some(&mut keys)).await?;
-                    if let Some(index) = KeyIndex::new(fingerprints::is_exact(probe.keys), keys) {
+                    let found = touched_positions(file_io, file, probe, Some(&mut keys)).await?;
+                    let exact = fingerprints::is_exact(probe.keys);
+                    if let Some(index) = KeyIndex::new(exact, keys, found.rows) {
                         indexes.remember(&signature, file, index);
                     }
-                    positions
+                    found
                 }
             };
-            if !positions.is_empty() {
+            if !found.positions.is_empty() {
                 hits.push(Hit {
                     manifest: n,
                     spec_id: manifest.partition_spec_id,
                     file: file.clone(),
-                    positions,
+                    positions: found.positions,
+                    rows: found.rows,
                     first_row_id,
                     sequence_number: entry.sequence_number(),
                 });
@@ -140,7 +157,7 @@ pub fn index_written(keys: &KeyColumns, bytes: bytes::Bytes) -> Result<Option<Ke
         add_fingerprints(found, offset, &mut pairs);
         offset += batch.num_rows() as u64;
     }
-    Ok(KeyIndex::new(fingerprints::is_exact(keys), pairs))
+    Ok(KeyIndex::new(fingerprints::is_exact(keys), pairs, offset))
 }
 
 /// Adds each found fingerprint with its position (`offset` + row); `None` (a null key)
@@ -221,18 +238,30 @@ pub fn unreadable(path: &str, e: impl std::fmt::Display) -> Error {
     )
 }
 
-/// Positions of the rows of a Parquet data file whose key is touched, reading its key
-/// columns only; with `index`, also every row's key fingerprint and position.
+/// What a lookup found in one data file: the positions of its rows with touched keys,
+/// ascending, and how many rows it holds.
+struct Found {
+    positions: Vec<u64>,
+    rows: u64,
+}
+
+/// The rows of a Parquet data file whose key is touched, reading its key columns only;
+/// with `index`, also every row's key fingerprint and position.
 async fn touched_positions(
     file_io: &FileIO,
     file: &DataFile,
     probe: &KeyProbe<'_>,
     mut index: Option<&mut Vec<(u64, u64)>>,
-) -> Result<Vec<u64>> {
+) -> Result<Found> {
     let keys = probe.keys;
     let builder = open_data_file(file_io, file).await?;
     let Some(mask) = key_projection(builder.parquet_schema(), keys)? else {
-        return Ok(Vec::new());
+        // Without the key columns its rows' keys are null: none is touched.
+        let rows = builder.metadata().file_metadata().num_rows() as u64;
+        return Ok(Found {
+            positions: Vec::new(),
+            rows,
+        });
     };
     let path = file.file_path();
     let mut stream = builder
@@ -258,7 +287,10 @@ async fn touched_positions(
         }
         offset += batch.num_rows() as u64;
     }
-    Ok(positions)
+    Ok(Found {
+        positions,
+        rows: offset,
+    })
 }
 
 /// Whether a delete manifest still lists live files.

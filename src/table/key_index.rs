@@ -36,12 +36,15 @@ pub struct KeyIndex {
     /// hash alone could name another key's row).
     positions: Vec<u32>,
     exact: bool,
+    /// The rows the file held when it was indexed (null keys included), counted in the
+    /// file itself rather than taken from its manifest entry.
+    rows: u64,
 }
 
 impl KeyIndex {
-    /// The index of a file's `(fingerprint, position)` pairs; `None` when a position
-    /// does not fit 32 bits.
-    pub fn new(exact: bool, mut pairs: Vec<(u64, u64)>) -> Option<Self> {
+    /// The index of a file of `rows` rows from its `(fingerprint, position)` pairs;
+    /// `None` when a position does not fit 32 bits.
+    pub fn new(exact: bool, mut pairs: Vec<(u64, u64)>, rows: u64) -> Option<Self> {
         pairs.sort_unstable();
         if exact {
             let positions = pairs
@@ -55,6 +58,7 @@ impl KeyIndex {
                 fingerprints,
                 positions,
                 exact,
+                rows,
             });
         }
         let mut fingerprints: Vec<u64> = pairs.into_iter().map(|(f, _)| f).collect();
@@ -64,12 +68,18 @@ impl KeyIndex {
             fingerprints,
             positions: Vec::new(),
             exact,
+            rows,
         })
     }
 
     /// Whether the fingerprints are the keys themselves (see the module docs).
     pub fn exact(&self) -> bool {
         self.exact
+    }
+
+    /// The rows the file holds, as counted when it was indexed.
+    pub fn rows(&self) -> u64 {
+        self.rows
     }
 
     /// Whether any of `touched` (ascending, no repeats) is among the file's fingerprints.
@@ -216,7 +226,7 @@ mod tests {
     use super::*;
 
     fn exact(pairs: &[(u64, u64)]) -> KeyIndex {
-        KeyIndex::new(true, pairs.to_vec()).unwrap()
+        KeyIndex::new(true, pairs.to_vec(), pairs.len() as u64).unwrap()
     }
 
     #[test]
@@ -242,7 +252,7 @@ mod tests {
 
     #[test]
     fn a_hashed_index_says_whether_a_file_may_hold_a_key_and_names_no_rows() {
-        let index = KeyIndex::new(false, vec![(7, 0), (7, 1), (9, 2)]).unwrap();
+        let index = KeyIndex::new(false, vec![(7, 0), (7, 1), (9, 2)], 3).unwrap();
         assert!(!index.exact());
         assert!(index.holds_any(&[7]));
         assert!(!index.holds_any(&[8]));
@@ -251,6 +261,6 @@ mod tests {
 
     #[test]
     fn positions_beyond_32_bits_are_not_indexed() {
-        assert!(KeyIndex::new(true, vec![(1, 1 << 32)]).is_none());
+        assert!(KeyIndex::new(true, vec![(1, 1 << 32)], 1 << 32).is_none());
     }
 }
