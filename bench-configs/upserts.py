@@ -8,7 +8,8 @@ start included), beside the CPU each process spent per row (floe, the catalog, t
 store: they share the machine's cores, so wall-time ratios are capped by their CPU too);
 strategies take turns run by run, so drift in the machine's speed touches them alike. The
 table is read back (DuckDB: one row per key, no more keys than
---keys). Prints median [min–max] over --runs runs, the ratio to inserts (of the medians, and
+--keys). Each run starts at the next strategy, so that none always runs first or last.
+Prints median [min–max] over --runs runs, the ratio to inserts (of the medians, and
 run by run, each run's strategies having run back to back), and per strategy what the
 commits did (data files added and removed, delete files, per commit). Figures
 only: nothing is asserted beyond the read-back.
@@ -119,6 +120,8 @@ def main():
     ap.add_argument("--strategies",
                     default="insert,merge-on-read,merge-on-read-positional,copy-on-write")
     ap.add_argument("--workload", choices=sorted(KEY_MAPPINGS), default="clustered")
+    ap.add_argument("--warmup", type=int, default=2,
+                    help="uncounted insert runs first, while the fixture's JVM warms up")
     args = ap.parse_args()
     from pyiceberg.catalog import load_catalog
     with Services() as s:
@@ -126,12 +129,16 @@ def main():
             "s3.endpoint": s.info["s3_endpoint"], "s3.access-key-id": s.info["access_key"],
             "s3.secret-access-key": s.info["secret_key"], "s3.region": s.info["region"],
             "s3.path-style-access": "true"})
-        # The catalog's JVM and the storage warm up on a run that is not counted.
-        run(s, catalog, f"warmup_{int(time.time())}", args, 1, "insert")
+        # The catalog's JVM and the storage warm up on runs that are not counted.
+        for w in range(args.warmup):
+            run(s, catalog, f"warmup_{w}_{int(time.time())}", args, 1, "insert")
         results = {}
+        strategies = args.strategies.split(",")
         for in_flight in [int(x) for x in args.in_flight.split(",")]:
             for r in range(args.runs):
-                for strategy in args.strategies.split(","):
+                # Each run starts at the next strategy, so none always runs first or last
+                # (the fixture's JVM still speeds up from run to run).
+                for strategy in strategies[r % len(strategies):] + strategies[:r % len(strategies)]:
                     table = f"up_{strategy.replace('-', '_')}_{in_flight}_{r}_{int(time.time())}"
                     one = run(s, catalog, table, args, in_flight, strategy)
                     results.setdefault((strategy, in_flight), []).append(one)
