@@ -2132,13 +2132,7 @@ fn upsert_over_an_unreadable_data_file(strategy: &str, lost_metadata: bool) -> f
     );
     let w = rt.block_on(Writer::open(config.clone())).unwrap();
     call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
-    let data: Vec<std::path::PathBuf> = walk(&dir.path().join("wh"))
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
-        .collect();
-    assert_eq!(data.len(), 1, "{data:?}");
-    let hidden = data[0].with_extension("hidden");
-    std::fs::rename(&data[0], &hidden).unwrap();
+    let restore = hide_the_only_data_file(dir.path());
     let db = rusqlite::Connection::open(dir.path().join("wh/catalog.db")).unwrap();
     let location: String = db
         .query_row("SELECT metadata_location FROM iceberg_tables", [], |r| {
@@ -2162,7 +2156,7 @@ fn upsert_over_an_unreadable_data_file(strategy: &str, lost_metadata: bool) -> f
     };
     assert!(e.kind().is_retryable(), "{:?}: {e}", e.kind());
     point_at(&location);
-    std::fs::rename(&hidden, &data[0]).unwrap();
+    restore();
     call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
     let mut model = Model::new();
     model.insert(("t".into(), 1), vec!["b".into()]);
@@ -2177,6 +2171,18 @@ fn upsert_over_an_unreadable_data_file(strategy: &str, lost_metadata: bool) -> f
 fn a_failed_reload_before_any_commit_request_is_not_an_unknown_outcome() {
     let e = upsert_over_an_unreadable_data_file("copy-on-write", true);
     assert_ne!(e.kind(), floe::ErrorKind::CommitStateUnknown, "{e}");
+}
+
+/// Renames the warehouse's one Parquet file out of sight; the answer puts it back.
+fn hide_the_only_data_file(dir: &std::path::Path) -> impl FnOnce() {
+    let data: Vec<std::path::PathBuf> = walk(&dir.join("wh"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    assert_eq!(data.len(), 1, "{data:?}");
+    let hidden = data[0].with_extension("hidden");
+    std::fs::rename(&data[0], &hidden).unwrap();
+    move || std::fs::rename(&hidden, &data[0]).unwrap()
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -2436,18 +2442,7 @@ fn copy_on_write_drops_a_wholly_replaced_file_without_reading_it() {
     let upsert = |id: i64, v: &str| format!(r#"{{"tenant":"t","id":{id},"v":"{v}"}}"#);
     let (a1, a2) = (upsert(1, "a"), upsert(2, "a"));
     call(&rt, &w, &[("upsert", &a1), ("upsert", &a2)]);
-    let hide_the_data_files = || {
-        let data = walk(&dir.path().join("wh"));
-        let data: Vec<_> = data
-            .into_iter()
-            .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
-            .collect();
-        assert_eq!(data.len(), 1, "{data:?}");
-        let hidden = data[0].with_extension("hidden");
-        std::fs::rename(&data[0], &hidden).unwrap();
-        move || std::fs::rename(&hidden, &data[0]).unwrap()
-    };
-    let _gone_for_good = hide_the_data_files();
+    let _gone_for_good = hide_the_only_data_file(dir.path());
     let (b1, b2, b3) = (upsert(1, "b"), upsert(2, "b"), upsert(3, "b"));
     call(
         &rt,
@@ -2461,7 +2456,7 @@ fn copy_on_write_drops_a_wholly_replaced_file_without_reading_it() {
     assert_eq!(scanned(&rt, &w, &config), expected(&model));
 
     // Keys 1, 2 and 3 are in one file now; replacing 1 and 2 keeps 3, so it is read.
-    let restore = hide_the_data_files();
+    let restore = hide_the_only_data_file(dir.path());
     let (c1, c2) = (upsert(1, "c"), upsert(2, "c"));
     let m = [&c1, &c2].map(|p| Message {
         operation: Some("upsert"),
