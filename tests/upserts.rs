@@ -1349,9 +1349,11 @@ fn copy_on_write_finds_keys_in_files_written_before_int_was_widened_to_long() {
 #[test]
 fn positional_knows_its_deletes_across_a_widened_partition_column() {
     let props = upserts_across_a_widened_partition_column("merge-on-read-positional", 2);
-    // Five rows written, four replaced: each deleted once.
-    assert_eq!(props["total-records"], "5", "{props:?}");
-    assert_eq!(props["total-position-deletes"], "4", "{props:?}");
+    // The first file (t's "a" and u's row) keeps its one position delete; each later
+    // file, one row replaced whole, is removed: were the delete not known across the
+    // widening, each upsert would delete "a" again.
+    assert_eq!(props["total-records"], "3", "{props:?}");
+    assert_eq!(props["total-position-deletes"], "1", "{props:?}");
 }
 
 /// Copy-on-write names the rewrite of a file from before the widening by its partition
@@ -1359,7 +1361,7 @@ fn positional_knows_its_deletes_across_a_widened_partition_column() {
 #[test]
 fn copy_on_write_rewrites_across_a_widened_partition_column() {
     let props = upserts_across_a_widened_partition_column("copy-on-write", 2);
-    assert_eq!(props["total-records"], "1", "{props:?}");
+    assert_eq!(props["total-records"], "2", "{props:?}");
 }
 
 /// On v3 the manifests of files from before the widening are written by iceberg-rust's
@@ -1368,10 +1370,11 @@ fn copy_on_write_rewrites_across_a_widened_partition_column() {
 #[test]
 fn v3_upserts_across_a_widened_partition_column() {
     let props = upserts_across_a_widened_partition_column("merge-on-read-positional", 3);
-    assert_eq!(props["total-records"], "5", "{props:?}");
+    // Deletion vectors: no file is removed, each replaced row deleted once.
+    assert_eq!(props["total-records"], "6", "{props:?}");
     assert_eq!(props["total-position-deletes"], "4", "{props:?}");
     let props = upserts_across_a_widened_partition_column("copy-on-write", 3);
-    assert_eq!(props["total-records"], "1", "{props:?}");
+    assert_eq!(props["total-records"], "2", "{props:?}");
 }
 
 /// Key 1 inserted and upserted into a table partitioned by its int `id`, which another
@@ -1391,7 +1394,17 @@ fn upserts_across_a_widened_partition_column(
                                     "format_version": format_version}}),
     );
     let w = rt.block_on(Writer::open(config.clone())).unwrap();
-    call(&rt, &w, &[("insert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
+    // Tenant u's row shares the partition and the first file and is never touched, so
+    // that file is never replaced whole: it is rewritten (copy-on-write) or keeps
+    // position deletes (positional) across the widening.
+    call(
+        &rt,
+        &w,
+        &[
+            ("insert", r#"{"tenant":"t","id":1,"v":"a"}"#),
+            ("insert", r#"{"tenant":"u","id":1,"v":"keep"}"#),
+        ],
+    );
     call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
     let ident = table_ident("up", "t").unwrap();
     widen_id_to_long(&rt, &w, &ident);
@@ -1422,7 +1435,10 @@ fn upserts_across_a_widened_partition_column(
             .iter()
             .map(|r| json!([r["tenant"], r["id"], r["v"]]))
             .collect();
-        assert_eq!(rows, vec![json!(["t", 1, "e"])], "{reader}");
+        let mut rows = rows;
+        rows.sort_by_key(|r| r.to_string());
+        let want = vec![json!(["t", 1, "e"]), json!(["u", 1, "keep"])];
+        assert_eq!(rows, want, "{reader}");
     }
     let head = loaded.metadata.current_snapshot().unwrap();
     head.summary().additional_properties.clone()
@@ -1862,7 +1878,8 @@ fn merged_delete_manifests_keep_their_sequence_numbers() {
 }
 
 /// Hot-key rounds on `up.t`, whose manifests merge from 3 on: round i upserts key 1
-/// (value `u{i}`), then inserts key 2 and deletes it; after each round DuckDB must read
+/// (value `u{i}`), then inserts key 2 and deletes it, each write with a row nothing
+/// later touches (so no file is replaced whole); after each round DuckDB must read
 /// the model, and `check(round, runtime, writer, model)` runs. Ends by checking the head's
 /// manifests; returns the runtime and the writer.
 fn hot_key_rounds(
@@ -1874,14 +1891,27 @@ fn hot_key_rounds(
     let rt = runtime();
     let (w, config) = merging_writer(&rt, dir, strategy);
     let ident = table_ident("up", "t").unwrap();
+    let mut model = Model::new();
+    model.insert(("t".into(), 0), vec!["x".into()]);
     for i in 1..=rounds {
+        // Each file also holds a row no later call touches, so no file is replaced
+        // whole (positional would remove it rather than write position deletes).
         let upsert = format!(r#"{{"tenant":"t","id":1,"v":"u{i}"}}"#);
-        call(&rt, &w, &[("upsert", upsert.as_str())]);
-        call(&rt, &w, &[("insert", r#"{"tenant":"t","id":2,"v":"tmp"}"#)]);
+        let (keep_a, keep_b) = (100 + i as i64, 200 + i as i64);
+        let kept = |id: i64| format!(r#"{{"tenant":"t","id":{id},"v":"keep"}}"#);
+        let (ka, kb) = (kept(keep_a), kept(keep_b));
+        call(
+            &rt,
+            &w,
+            &[("upsert", upsert.as_str()), ("insert", ka.as_str())],
+        );
+        let tmp = r#"{"tenant":"t","id":2,"v":"tmp"}"#;
+        call(&rt, &w, &[("insert", tmp), ("insert", kb.as_str())]);
         call(&rt, &w, &[("delete", r#"{"tenant":"t","id":2}"#)]);
-        let mut model = Model::new();
-        model.insert(("t".into(), 0), vec!["x".into()]);
         model.insert(("t".into(), 1), vec![format!("u{i}")]);
+        for id in [keep_a, keep_b] {
+            model.insert(("t".into(), id), vec!["keep".into()]);
+        }
         let t = rt
             .block_on(w.catalog().load_table(&ident))
             .unwrap()
@@ -1947,24 +1977,15 @@ fn positional_deletes_each_old_row_once_across_merged_delete_manifests() {
         );
     };
     let (rt, w) = hot_key_rounds(dir.path(), "merge-on-read-positional", rounds, check);
-    let ident = table_ident("up", "t").unwrap();
-    let t = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
-    let props = &t
-        .metadata
-        .current_snapshot()
-        .unwrap()
-        .summary()
-        .additional_properties;
+    let props = &head_summary(&rt, &w);
     // Deleted rows: each earlier version of key 1 and each key-2 row, once.
     assert_eq!(
         props["total-position-deletes"],
         ((rounds - 1) + rounds).to_string()
     );
     assert_eq!(props["total-equality-deletes"], "0");
-    assert_eq!(props["total-records"], (1 + 2 * rounds).to_string());
+    // The rows above and two kept rows a round.
+    assert_eq!(props["total-records"], (1 + 4 * rounds).to_string());
 }
 
 /// Position deletes are merge-on-read in Iceberg's terms: a table whose write modes say
@@ -1979,7 +2000,16 @@ fn positional_follows_the_merge_on_read_write_mode() {
         json!({"merge_strategy": "merge-on-read-positional"}),
     );
     let w = rt.block_on(Writer::open(positional.clone())).unwrap();
-    call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"a"}"#)]);
+    // A second row in the file, never touched, so the upsert below deletes a position
+    // rather than the whole file.
+    call(
+        &rt,
+        &w,
+        &[
+            ("upsert", r#"{"tenant":"t","id":1,"v":"a"}"#),
+            ("upsert", r#"{"tenant":"t","id":2,"v":"keep"}"#),
+        ],
+    );
     let ident = table_ident("up", "t").unwrap();
     let t = rt
         .block_on(w.catalog().load_table(&ident))
@@ -2034,6 +2064,7 @@ fn positional_follows_the_merge_on_read_write_mode() {
     );
     let mut model = Model::new();
     model.insert(("t".into(), 1), vec!["b".into()]);
+    model.insert(("t".into(), 2), vec!["keep".into()]);
     assert_eq!(scanned(&rt, &w, &positional), expected(&model));
 }
 
@@ -2183,6 +2214,17 @@ fn hide_the_only_data_file(dir: &std::path::Path) -> impl FnOnce() {
     let hidden = data[0].with_extension("hidden");
     std::fs::rename(&data[0], &hidden).unwrap();
     move || std::fs::rename(&hidden, &data[0]).unwrap()
+}
+
+/// The summary of table `up.t`'s current snapshot.
+fn head_summary(rt: &tokio::runtime::Runtime, w: &Writer) -> HashMap<String, String> {
+    let ident = table_ident("up", "t").unwrap();
+    let t = rt
+        .block_on(w.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap();
+    let head = t.metadata.current_snapshot().unwrap();
+    head.summary().additional_properties.clone()
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -2473,4 +2515,101 @@ fn copy_on_write_drops_a_wholly_replaced_file_without_reading_it() {
         model.insert(("t".into(), id), vec!["c".into()]);
     }
     assert_eq!(scanned(&rt, &w, &config), expected(&model));
+}
+
+/// Positional merge-on-read over a file all of whose rows a commit replaces removes the
+/// file instead of writing a position-delete file that names every row, unless a live
+/// position delete names it already (then a removed file would leave that delete
+/// dangling): live rows stay total records less position deletes either way.
+#[test]
+fn positional_removes_a_wholly_replaced_file_no_delete_names() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let config = embedded(
+        dir.path(),
+        json!({"merge_strategy": "merge-on-read-positional", "identifier_fields": ["id"]}),
+    );
+    let w = rt.block_on(Writer::open(config.clone())).unwrap();
+    let row = |id: i64, v: &str| format!(r#"{{"tenant":"t","id":{id},"v":"{v}"}}"#);
+    let upserts =
+        |ids: &[i64], v: &str| -> Vec<String> { ids.iter().map(|&id| row(id, v)).collect() };
+    let call_upserts = |payloads: &[String]| {
+        let ops: Vec<(&str, &str)> = payloads.iter().map(|p| ("upsert", p.as_str())).collect();
+        call(&rt, &w, &ops);
+    };
+    let count = |props: &HashMap<String, String>, k: &str| {
+        props.get(k).map_or(0, |v| v.parse::<u64>().unwrap())
+    };
+    let mut model = Model::new();
+    let mut expect = |ids: &[i64], v: &str| {
+        for &id in ids {
+            model.insert(("t".into(), id), vec![v.into()]);
+        }
+        expected(&model)
+    };
+
+    call_upserts(&upserts(&[1, 2], "a"));
+    let _ = expect(&[1, 2], "a");
+    // Every row of the first file is replaced: it is removed, no delete file is written.
+    call_upserts(&upserts(&[1, 2], "b"));
+    let props = head_summary(&rt, &w);
+    assert_eq!(count(&props, "deleted-data-files"), 1, "{props:?}");
+    assert_eq!(count(&props, "added-position-delete-files"), 0, "{props:?}");
+    assert_eq!(scanned(&rt, &w, &config), expect(&[1, 2], "b"));
+
+    // A file that a position delete already names keeps it, and gets more deletes.
+    call_upserts(&upserts(&[1, 2, 3], "c"));
+    call_upserts(&upserts(&[1], "d"));
+    let _ = expect(&[1, 2, 3], "c");
+    assert_eq!(scanned(&rt, &w, &config), expect(&[1], "d"));
+    call_upserts(&upserts(&[1, 2, 3], "e"));
+    let props = head_summary(&rt, &w);
+    assert_eq!(count(&props, "deleted-data-files"), 1, "{props:?}");
+    assert!(
+        count(&props, "added-position-delete-files") >= 1,
+        "{props:?}"
+    );
+    assert_eq!(scanned(&rt, &w, &config), expect(&[1, 2, 3], "e"));
+    let live = count(&props, "total-records") - count(&props, "total-position-deletes");
+    assert_eq!(live, 3, "{props:?}");
+    head_manifests_are_sound(&rt, &w, &config);
+}
+
+/// Positional merge-on-read over single-row files replaced again and again, with
+/// manifests merging from 3 on: each file is removed whole (no position delete is
+/// written), and DuckDB, pyiceberg and iceberg-rust read the model after every round.
+#[test]
+fn positional_removes_replaced_files_across_merged_manifests() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (w, config) = merging_writer(&rt, dir.path(), "merge-on-read-positional");
+    let wh = dir.path().join("wh");
+    let ident = table_ident("up", "t").unwrap();
+    let mut model = Model::new();
+    model.insert(("t".into(), 0), vec!["x".into()]);
+    for i in 1..=8 {
+        let upsert = format!(r#"{{"tenant":"t","id":1,"v":"u{i}"}}"#);
+        call(&rt, &w, &[("upsert", upsert.as_str())]);
+        model.insert(("t".into(), 1), vec![format!("u{i}")]);
+        let t = rt
+            .block_on(w.catalog().load_table(&ident))
+            .unwrap()
+            .unwrap();
+        let duck = read_back(
+            "duckdb-file",
+            json!({"metadata": t.metadata_location.clone().unwrap(),
+                   "sql": "SELECT tenant, id, v FROM $T"}),
+        );
+        assert_eq!(rows_of(&duck), expected(&model), "DuckDB, round {i}");
+        let py = read_back("pyiceberg-sql", pyiceberg_sql_args(&wh, "up.t"));
+        assert_eq!(rows_of(&py), expected(&model), "pyiceberg, round {i}");
+        assert_eq!(scanned(&rt, &w, &config), expected(&model), "round {i}");
+        let props = head_summary(&rt, &w);
+        assert_eq!(
+            props.get("total-position-deletes").map(String::as_str),
+            Some("0")
+        );
+        assert_eq!(props["total-records"], "2", "round {i}: {props:?}");
+    }
+    head_manifests_are_sound(&rt, &w, &config);
 }

@@ -10,7 +10,7 @@
 //! On v3 tables the positions go into deletion vectors instead
 //! ([`super::deletion_vectors`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -30,6 +30,7 @@ use super::removal::Written;
 use super::removed::Removed;
 use crate::error::{Error, Result};
 use crate::table::manifest_cache::ManifestCache;
+use crate::table::merge::carried_without;
 use crate::table::position_deletes::RemovedPositions;
 use crate::write::deletion_vector::is_deletion_vector;
 use crate::write::{
@@ -48,7 +49,9 @@ pub fn check_table(metadata: &TableMetadata) -> Result<()> {
 }
 
 /// Writes position deletes for the touched rows of `hits` that no live position delete
-/// of `carried` already removes; the head's manifests are kept as they are.
+/// of `carried` already removes; on a v2 table a data file all of whose rows are
+/// touched, and that no live position delete names, is removed from its manifest
+/// instead (the head's other manifests are kept as they are).
 pub async fn delete_positions(
     metadata: &TableMetadata,
     (file_io, cache): (&FileIO, &ManifestCache),
@@ -74,6 +77,28 @@ pub async fn delete_positions(
         let io = (file_io, cache);
         return deletion_vectors::replace(metadata, io, ids, carried, hits, already, out.all).await;
     }
+    // A file every row of which goes, and that no live position delete names, is
+    // removed instead: no delete file has to name all its rows (and none is left
+    // naming a removed file, so live rows stay records less position deletes).
+    let (whole, hits): (Vec<Hit>, Vec<Hit>) = hits
+        .into_iter()
+        .partition(|h| h.removes_every_row() && !already.contains_key(h.file.file_path()));
+    let mut by_manifest: BTreeMap<usize, HashSet<String>> = BTreeMap::new();
+    for hit in &whole {
+        let path = hit.file.file_path().to_string();
+        by_manifest.entry(hit.manifest).or_default().insert(path);
+    }
+    let key = |f: &DataFile| f.file_path().to_string();
+    let io = (file_io, cache);
+    let manifests =
+        carried_without(metadata, io, ids, "p", carried, &by_manifest, &key, out.all).await?;
+    // A file live in two manifests has two hits: removed once (for the summary).
+    let mut seen = HashSet::new();
+    let removed = whole
+        .into_iter()
+        .filter(|h| seen.insert(h.file.file_path().to_string()))
+        .map(|h| (h.file, h.spec_id))
+        .collect();
     let deleted: Vec<DeletedRows> = hits
         .into_iter()
         .map(|hit| {
@@ -107,7 +132,8 @@ pub async fn delete_positions(
         }
     }
     Ok(Removed {
-        manifests: carried,
+        manifests,
+        removed,
         position_deletes: files,
         ..Removed::default()
     })
