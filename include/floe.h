@@ -88,6 +88,10 @@ typedef struct floe_event {
   uint64_t took_us;
   // COMMITTED: the catalog's answer to the request that landed, in microseconds.
   uint64_t catalog_us;
+  // COMMITTED / COMMIT_FAILED: how long the commit was held back before it started,
+  // pacing itself while other writers' commits kept refusing this writer's, in
+  // microseconds (0 otherwise; not part of `took_us`).
+  uint64_t paced_us;
   uint64_t rows;
   uint64_t data_files;
   uint64_t data_bytes;

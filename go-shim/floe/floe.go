@@ -193,7 +193,11 @@ type Event struct {
 	// Committed, CommitFailed: the commit stage; FilesWritten: encoding and upload.
 	Took time.Duration
 	// Committed: the catalog's answer to the request that landed.
-	Catalog                                 time.Duration
+	Catalog time.Duration
+	// Committed, CommitFailed: how long the commit was held back before it started,
+	// pacing itself while other writers' commits kept refusing this writer's (not part
+	// of Took).
+	Paced                                   time.Duration
 	Rows, DataFiles, DataBytes, DeleteFiles uint64
 	Conflicts, Retries                      int
 	// CommitFailed: the status the commit failed with.
@@ -230,7 +234,7 @@ func (w *Writer) event(ce *C.floe_event) Event {
 	us := func(v C.uint64_t) time.Duration { return time.Duration(v) * time.Microsecond }
 	return Event{
 		Kind: EventKind(ce.kind), Table: w.tableName(ce.table),
-		Took: us(ce.took_us), Catalog: us(ce.catalog_us),
+		Took: us(ce.took_us), Catalog: us(ce.catalog_us), Paced: us(ce.paced_us),
 		Rows: uint64(ce.rows), DataFiles: uint64(ce.data_files), DataBytes: uint64(ce.data_bytes),
 		DeleteFiles: uint64(ce.delete_files),
 		Conflicts:   int(ce.conflicts), Retries: int(ce.retries),

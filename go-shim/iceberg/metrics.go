@@ -48,6 +48,7 @@ type metrics struct {
 	retries        *service.MetricCounter // {table}
 	commitLatency  *service.MetricTimer   // {table}
 	catalogLatency *service.MetricTimer   // {table}
+	commitPacing   *service.MetricTimer   // {table}
 	uploadLatency  *service.MetricTimer   // {table}
 	writeLatency   *service.MetricTimer   // {outcome}
 	inFlightBytes  *service.MetricGauge   // message bytes of the calls past the byte gate
@@ -79,6 +80,7 @@ func newMetrics(m *service.Metrics) *metrics {
 		retries:              m.NewCounter("iceberg_commit_retries_total", "table"),
 		commitLatency:        m.NewTimer("iceberg_commit_latency_ns", "table"),
 		catalogLatency:       m.NewTimer("iceberg_catalog_commit_latency_ns", "table"),
+		commitPacing:         m.NewTimer("iceberg_commit_pacing_ns", "table"),
 		uploadLatency:        m.NewTimer("iceberg_upload_latency_ns", "table"),
 		writeLatency:         m.NewTimer("iceberg_write_batch_latency_ns", "outcome"),
 		inFlightBytes:        m.NewGauge("iceberg_in_flight_bytes"),
@@ -175,6 +177,10 @@ func (m *metrics) event(e floe.Event) {
 		m.commitFailures.Incr(1, t, statusClass(e.Failure))
 	case floe.EventFilesWritten:
 		m.uploadLatency.Timing(e.Took.Nanoseconds(), t)
+	}
+	if e.Paced > 0 {
+		// Held back while other writers' commits kept refusing this writer's.
+		m.commitPacing.Timing(e.Paced.Nanoseconds(), t)
 	}
 	// A failed commit's attempts were conflicts and retries too.
 	m.conflicts.Incr(int64(e.Conflicts), t)

@@ -35,6 +35,10 @@ pub struct FloeEvent {
     pub took_us: u64,
     /// COMMITTED: the catalog's answer to the request that landed, in microseconds.
     pub catalog_us: u64,
+    /// COMMITTED / COMMIT_FAILED: how long the commit was held back before it started,
+    /// pacing itself while other writers' commits kept refusing this writer's, in
+    /// microseconds (0 otherwise; not part of `took_us`).
+    pub paced_us: u64,
     pub rows: u64,
     pub data_files: u64,
     pub data_bytes: u64,
@@ -58,6 +62,7 @@ impl From<&Event> for FloeEvent {
             table: e.table.as_ptr(),
             took_us: us(e.took),
             catalog_us: us(e.catalog),
+            paced_us: us(e.paced),
             rows: e.rows,
             data_files: e.data_files,
             data_bytes: e.data_bytes,

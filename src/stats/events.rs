@@ -44,6 +44,10 @@ pub struct Event {
     pub took: Duration,
     /// Committed: the catalog's answer to the request that landed.
     pub catalog: Duration,
+    /// Committed / CommitFailed: how long the commit was held back before it started,
+    /// pacing itself while other writers' commits kept refusing this writer's (zero
+    /// otherwise; not part of `took`).
+    pub paced: Duration,
     pub rows: u64,
     pub data_files: u64,
     pub data_bytes: u64,
@@ -64,6 +68,7 @@ impl Event {
             table,
             took: Duration::ZERO,
             catalog: Duration::ZERO,
+            paced: Duration::ZERO,
             rows: 0,
             data_files: 0,
             data_bytes: 0,

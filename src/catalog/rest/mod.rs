@@ -314,11 +314,17 @@ fn without_user_info(url: &reqwest::Url) -> String {
 }
 
 async fn parse_json<T: serde::de::DeserializeOwned>(response: Response, what: &str) -> Result<T> {
-    let bytes = response
-        .bytes()
-        .await
-        .map_err(|e| transport_error(e, what))?;
-    serde_json::from_slice(&bytes).map_err(|e| {
+    parse_slice(&read_body(response, what).await?, what)
+}
+
+/// The whole body of `response`.
+async fn read_body(response: Response, what: &str) -> Result<bytes::Bytes> {
+    response.bytes().await.map_err(|e| transport_error(e, what))
+}
+
+/// `bytes` as JSON of a `T`; `what` names the request in the error.
+fn parse_slice<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| {
         Error::new(
             ErrorKind::Internal,
             format!("{what}: unexpected response: {e}"),

@@ -54,8 +54,14 @@ impl RestCatalog {
             return Ok(None);
         }
         let response = expect_ok(response, &format!("load table {ident}")).await?;
-        let result: LoadTableResult = parse_json(response, "load table").await?;
-        Ok(Some(self.loaded(ident, result)))
+        let answer = read_body(response, "load table").await?;
+        let result: LoadTableResult = parse_slice(&answer, "load table")?;
+        let refs = crate::catalog::refs::refs_of_load_answer(&answer, &result.metadata);
+        let table = self.loaded(ident, result);
+        Ok(Some(match refs {
+            Some(refs) => table.with_refs(Some(refs)),
+            None => table,
+        }))
     }
 
     pub(super) async fn create_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {

@@ -22,12 +22,14 @@
 //! - `gate`: how many calls' shredded rows wait for the encoder;
 //! - `encode`: writing a group's rows as data files (and equality deletes);
 //! - `stage`: committing ready groups, retries, expiry;
+//! - `contention`: pacing commits while other writers commit to the table too;
 //! - `ledger`: exactly-once claims;
 //! - `view`: the committer's table as write calls need it, and which upsert strategy it
 //!   takes;
 //! - `credentials`: keeping the table's vended storage credentials fresh.
 
 mod backoff;
+mod contention;
 mod credentials;
 mod encode;
 mod gate;
@@ -277,6 +279,8 @@ impl TableCommitter {
                 refusals,
                 kept: None,
                 behind: false,
+                contention: Default::default(),
+                held: Duration::ZERO,
             }
             .run(encoded_rx),
         );

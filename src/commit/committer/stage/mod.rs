@@ -15,6 +15,7 @@ use iceberg::spec::{DataFile, TableMetadata, TableMetadataRef};
 use tokio::sync::{mpsc, watch};
 
 use super::backoff::{backoff, conflict_backoff};
+use super::contention::{Contention, jitter};
 use super::credentials::Refusals;
 use super::schedule::Pace;
 use super::view::{publish_table, same_for_writers, take_in_offsets};
@@ -95,6 +96,10 @@ pub(super) struct CommitStage {
     /// The kept table went into an attempt that did not land and no load has followed:
     /// the view may be this stage's own commits behind (see [`Self::catch_up`]).
     pub(super) behind: bool,
+    /// Pacing while other writers commit to the table too.
+    pub(super) contention: Contention,
+    /// How long the next commit was held by that pacing (reported with it).
+    pub(super) held: Duration,
 }
 
 /// The table a commit of the stage's own produced, applied locally (see
@@ -135,17 +140,40 @@ impl KeptTable {
 impl CommitStage {
     pub(super) async fn run(mut self, mut encoded: mpsc::Receiver<EncodedGroup>) {
         while let Some(first) = encoded.recv().await {
+            let mut groups = vec![first];
+            // Paced while other writers' commits keep refusing this one's (see
+            // `contention`). A part of a transaction across tables is not held: the
+            // other tables' parts wait for it.
+            if !groups[0].commits_together()
+                && let Some(until) = self.contention.hold_until(jitter())
+            {
+                let holding = Instant::now();
+                self.hold(&mut encoded, &mut groups, until).await;
+                self.held = holding.elapsed();
+            }
             // Marked at once: the encoder, woken by the free slot, reads it next.
             let started = Instant::now();
             self.pace.locked().commit_started = Some(started);
-            let mut groups = vec![first];
             // Everything encoded while the previous commit was in flight goes in this one.
             while let Ok(g) = encoded.try_recv() {
                 groups.push(g);
             }
             let released = groups.iter().map(|g| g.pendings.len()).sum();
+            // The most conflicts one of the snapshots met (upserts commit a snapshot per
+            // group: each meets the one conflict that taking turns brings), and whether
+            // any was paced. A transaction's conflicts may be another table's: they
+            // pace nothing.
+            let mut conflicts = None;
             for snapshot in one_snapshot_each(groups) {
-                self.commit_groups(snapshot).await;
+                let together = snapshot[0].commits_together();
+                let met = self.commit_groups(snapshot).await;
+                if !together {
+                    conflicts = Some(conflicts.unwrap_or(0).max(met));
+                }
+            }
+            if let Some(conflicts) = conflicts {
+                self.contention.started(started);
+                self.contention.finished(conflicts);
             }
             {
                 let mut pace = self.pace.locked();
@@ -157,6 +185,28 @@ impl CommitStage {
             self.commits_done.send_modify(|n| *n += 1);
             self.expire_if_due().await;
             self.refresh_if_due().await;
+        }
+    }
+
+    /// Holds the next commit until `until`, taking in what the encoder writes meanwhile:
+    /// the commit carries more rows, and the catalog sees fewer commits. (Ending early
+    /// once every caller of the host is in would keep a writer whose input is behind
+    /// from pacing at all: its callers are always all in.)
+    async fn hold(
+        &self,
+        encoded: &mut mpsc::Receiver<EncodedGroup>,
+        groups: &mut Vec<EncodedGroup>,
+        until: Instant,
+    ) {
+        // Past `until`, or the encoder is gone (the next `recv` ends the stage). A part
+        // of a transaction across tables ends the hold: the other tables' parts wait
+        // for it.
+        while let Ok(Some(g)) = tokio::time::timeout_at(until.into(), encoded.recv()).await {
+            let together = g.commits_together();
+            groups.push(g);
+            if together {
+                return;
+            }
         }
     }
 
@@ -175,10 +225,28 @@ impl CommitStage {
     /// Loads the table before a commit when the view may be behind this stage's own
     /// commits (see [`KeptTable`]), so the commit is not built on an old head only to be
     /// refused. A failed load leaves it to the commit's handling of conflicts.
+    ///
+    /// Also while other writers keep committing to the table (see `contention`): a
+    /// commit built on this stage's own last head would then be refused for certain.
     async fn catch_up(&mut self) {
         if self.behind {
             self.load_view("loading the table after a failed commit")
                 .await;
+        } else if self.contention.load_first() {
+            let seen = self.latest_metadata().current_snapshot_id();
+            match self.reload().await {
+                Ok(table) => {
+                    let moved = table.metadata.current_snapshot_id() != seen;
+                    self.contention.loaded(moved);
+                    self.publish_loaded(table);
+                }
+                // Not tried again before every commit while the catalog fails loads:
+                // the commit's own handling of conflicts finds the head.
+                Err(e) => {
+                    self.contention.loaded(false);
+                    tracing::debug!("loading the table before a commit failed: {e}");
+                }
+            }
         }
     }
 
@@ -267,7 +335,9 @@ impl CommitStage {
         }
     }
 
-    pub(super) async fn commit_groups(&mut self, groups: Vec<EncodedGroup>) {
+    /// Commits `groups` as one snapshot and answers their callers; returns the conflicts
+    /// the commit met.
+    pub(super) async fn commit_groups(&mut self, groups: Vec<EncodedGroup>) -> u32 {
         let started = Instant::now();
         // Groups encoded against different schemas cannot share a snapshot; the first
         // decides and the rest are answered with a retryable error.
@@ -354,12 +424,14 @@ impl CommitStage {
         let outcome = self
             .commit_with_retries(&changes, staged, together.as_ref())
             .await;
+        // The first snapshot after a hold reports it.
+        let paced = std::mem::take(&mut self.held);
         match outcome.result {
             Ok(snapshot_id) => {
                 if let Some(party) = &mut together {
                     party.landed();
                 }
-                self.record_committed(&changes, &outcome.tries, started.elapsed());
+                self.record_committed(&changes, &outcome.tries, (started.elapsed(), paced));
                 self.keep_key_indexes(&changes.data_files, key_indexes);
                 if !offsets.is_empty() {
                     self.ledger.locked().committed.union_with(&offsets);
@@ -381,7 +453,7 @@ impl CommitStage {
             }
             Err(e) => {
                 self.refusals.note(&e);
-                self.record_failed(&e, &outcome.tries, started.elapsed());
+                self.record_failed(&e, &outcome.tries, (started.elapsed(), paced));
                 if self.options.cleanup_on_failure && !outcome.maybe_committed {
                     let files: Vec<DataFile> = changes
                         .data_files
@@ -402,10 +474,16 @@ impl CommitStage {
                 fail_overtaking(&self.options, &ident, pendings, &e);
             }
         }
+        outcome.tries.conflicts
     }
 
     /// Counts a landed snapshot, for the writer's stats and the host's metrics.
-    fn record_committed(&self, changes: &SnapshotChanges, tries: &Tries, took: Duration) {
+    fn record_committed(
+        &self,
+        changes: &SnapshotChanges,
+        tries: &Tries,
+        (took, paced): (Duration, Duration),
+    ) {
         let stats = &self.options.stats;
         let mut e = stats.event(EventKind::Committed, &self.ident().to_string());
         e.rows = changes.data_files.iter().map(|f| f.record_count()).sum();
@@ -416,16 +494,16 @@ impl CommitStage {
             .map(|f| f.file_size_in_bytes())
             .sum();
         e.delete_files = changes.delete_files.len() as u64;
-        (e.took, e.catalog) = (took, tries.catalog);
+        (e.took, e.catalog, e.paced) = (took, tries.catalog, paced);
         (e.conflicts, e.retries) = (tries.conflicts, tries.retries);
         stats.record(e);
     }
 
     /// Counts a commit that gave up.
-    fn record_failed(&self, error: &Error, tries: &Tries, took: Duration) {
+    fn record_failed(&self, error: &Error, tries: &Tries, (took, paced): (Duration, Duration)) {
         let stats = &self.options.stats;
         let mut e = stats.event(EventKind::CommitFailed, &self.ident().to_string());
-        e.took = took;
+        (e.took, e.paced) = (took, paced);
         (e.conflicts, e.retries) = (tries.conflicts, tries.retries);
         e.failure = Some(error.kind());
         stats.record(e);
