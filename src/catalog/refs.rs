@@ -6,13 +6,11 @@
 //! into a serializer that keeps only the `refs` field and skips every other value
 //! without visiting it.
 
-use std::collections::HashMap;
-
-use iceberg::spec::{SnapshotReference, TableMetadata};
+use iceberg::spec::TableMetadata;
 use serde::Serialize;
+use serde::ser::{self, Impossible};
 
 use super::Refs;
-use serde::ser::{self, Impossible};
 
 /// The refs of a table-load answer (`{"metadata": {…, "refs": …}, …}`), read from the
 /// answer's own JSON: serialising the metadata for [`table_refs`] first copies all of it
@@ -41,7 +39,7 @@ pub fn refs_of_load_answer(answer: &[u8], metadata: &TableMetadata) -> Option<Re
 }
 
 /// The table's refs by name; `None` when they cannot be read.
-pub fn table_refs(metadata: &TableMetadata) -> Option<HashMap<String, SnapshotReference>> {
+pub fn table_refs(metadata: &TableMetadata) -> Option<Refs> {
     let refs = metadata.serialize(RefsOnly).ok()??;
     serde_json::from_value(refs).ok()
 }
@@ -248,7 +246,9 @@ impl ser::Serializer for RefsOnly {
 mod tests {
     use super::*;
     use iceberg::TableCreation;
+    use iceberg::spec::SnapshotReference;
     use iceberg::spec::{Schema, TableMetadataBuilder};
+    use std::collections::HashMap;
 
     /// Refs read from a load answer are the ones iceberg-rust reads from it, or none when
     /// it made up its own.
