@@ -207,10 +207,7 @@ fn model_run(
             out.failures.iter().flatten().collect::<Vec<_>>()
         );
         let ident = floe::catalog::table_ident("up", table).unwrap();
-        let table = rt
-            .block_on(writer.catalog().load_table(&ident))
-            .unwrap()
-            .unwrap();
+        let table = loaded(&rt, &writer, &ident);
         let (reader, mut args) = duck(&table.metadata_location.unwrap());
         merge(&mut args, json!({"sql": "SELECT tenant, id, v FROM $T"}));
         let want = expected(&model);
@@ -245,10 +242,7 @@ fn model_run(
     }
     // Snapshots of upserts are row deltas; deletes count in the summary.
     let ident = floe::catalog::table_ident("up", table).unwrap();
-    let table = rt
-        .block_on(writer.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let table = loaded(&rt, &writer, &ident);
     let head = table.metadata.current_snapshot().unwrap();
     assert_eq!(
         head.summary().operation,
@@ -646,10 +640,7 @@ fn evolution_keeps_a_key_named_in_another_case_required() {
     assert_eq!(e.kind(), floe::ErrorKind::Data, "{e}");
     assert!(column_types(&rt, &writer).len() == 2);
     let ident = table_ident("up", "t").unwrap();
-    let t = rt
-        .block_on(writer.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let t = loaded(&rt, &writer, &ident);
     assert!(
         t.metadata
             .current_schema()
@@ -818,10 +809,7 @@ fn call(rt: &tokio::runtime::Runtime, writer: &Writer, ops: &[(&str, &str)]) {
 /// `content` matches what the list says.
 fn head_manifests_are_sound(rt: &tokio::runtime::Runtime, writer: &Writer, config: &Config) {
     let ident = table_ident("up", "t").unwrap();
-    let t = rt
-        .block_on(writer.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let t = loaded(rt, writer, &ident);
     let mut props = floe::storage::file_io_props(&config.storage).unwrap();
     props.extend(t.io_props.clone());
     let io = floe::storage::build_file_io(props);
@@ -1157,10 +1145,7 @@ fn replans_after_another_writers_commit(strategy: &str) {
     );
     assert_eq!(scanned(&rt, &a, &config), Vec::<Value>::new());
     let ident = table_ident("up", "t").unwrap();
-    let t = rt
-        .block_on(a.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let t = loaded(&rt, &a, &ident);
     let head = t.metadata.current_snapshot().unwrap();
     assert_eq!(head.summary().operation, iceberg::spec::Operation::Delete);
     let total = |k: &str| {
@@ -1264,10 +1249,7 @@ fn two_writers_converge(strategy: &str) {
         "keys disagree on the last commit: {values:?}"
     );
     let ident = table_ident("up", "t").unwrap();
-    let t = rt
-        .block_on(reader.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let t = loaded(&rt, &reader, &ident);
     let duck = read_back(
         "duckdb-file",
         json!({"metadata": t.metadata_location.unwrap(),
@@ -1414,10 +1396,7 @@ fn upserts_across_a_widened_partition_column(
         let row = format!(r#"{{"tenant":"t","id":1,"v":"{v}"}}"#);
         call(&rt, &w, &[("upsert", row.as_str())]);
     }
-    let loaded = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let loaded = loaded(&rt, &w, &ident);
     // Read by pyiceberg and DuckDB: iceberg-rust 0.10.1's scan matches position deletes
     // to data files by partition kind, not value, and was seen to show the row "b" in
     // about one run of three (a reader's fault: the table is the same every run).
@@ -1552,10 +1531,7 @@ fn copy_on_write_matches_nested_columns_by_field_id_after_another_tools_change()
     drop(w);
     let w = rt.block_on(Writer::open(config.clone())).unwrap();
     call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":2,"v":"y"}"#)]);
-    let loaded = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let loaded = loaded(&rt, &w, &ident);
     let read = read_back(
         "duckdb-file",
         json!({"metadata": loaded.metadata_location.unwrap(),
@@ -1774,10 +1750,7 @@ fn the_tables_write_modes_decide_unless_the_config_contradicts_them() {
     // Unset: follows the table (copy-on-write: no delete files).
     let w = rt.block_on(Writer::open(config.clone())).unwrap();
     call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
-    let t = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let t = loaded(&rt, &w, &ident);
     let summary = &t
         .metadata
         .current_snapshot()
@@ -1850,10 +1823,7 @@ fn a_created_table_records_the_configured_strategy() {
     let w = rt.block_on(Writer::open(unset)).unwrap();
     call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
     let ident = table_ident("up", "t").unwrap();
-    let t = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let t = loaded(&rt, &w, &ident);
     assert_eq!(
         t.metadata.properties()["write.update.mode"],
         "copy-on-write"
@@ -1912,10 +1882,7 @@ fn hot_key_rounds(
         for id in [keep_a, keep_b] {
             model.insert(("t".into(), id), vec!["keep".into()]);
         }
-        let t = rt
-            .block_on(w.catalog().load_table(&ident))
-            .unwrap()
-            .unwrap();
+        let t = loaded(&rt, &w, &ident);
         let duck = read_back(
             "duckdb-file",
             json!({"metadata": t.metadata_location.unwrap(),
@@ -1931,10 +1898,7 @@ fn hot_key_rounds(
 /// How many manifests the head's manifest list of table `up.t` names.
 fn head_manifest_count(rt: &tokio::runtime::Runtime, w: &Writer, config: &Config) -> usize {
     let ident = table_ident("up", "t").unwrap();
-    let t = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let t = loaded(rt, w, &ident);
     let mut props = floe::storage::file_io_props(&config.storage).unwrap();
     props.extend(t.io_props.clone());
     let io = floe::storage::build_file_io(props);
@@ -2011,10 +1975,7 @@ fn positional_follows_the_merge_on_read_write_mode() {
         ],
     );
     let ident = table_ident("up", "t").unwrap();
-    let t = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let t = loaded(&rt, &w, &ident);
     for key in ["write.update.mode", "write.delete.mode", "write.merge.mode"] {
         assert_eq!(t.metadata.properties()[key], "merge-on-read", "{key}");
     }
@@ -2028,10 +1989,7 @@ fn positional_follows_the_merge_on_read_write_mode() {
     let follower = embedded(dir.path(), json!({}));
     let w = rt.block_on(Writer::open(follower)).unwrap();
     call(&rt, &w, &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)]);
-    let t = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let t = loaded(&rt, &w, &ident);
     let props = &t
         .metadata
         .current_snapshot()
@@ -2128,10 +2086,7 @@ fn positional_on_a_table_upgraded_to_v3_folds_position_deletes_into_vectors() {
         got.sort_by_key(|r| r.to_string());
         assert_eq!(got, want, "{reader}");
     }
-    let loaded = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let loaded = loaded(&rt, &w, &ident);
     let head = loaded.metadata.current_snapshot().unwrap().summary();
     let props = &head.additional_properties;
     // The first vector took the v2 position-delete file's place (it named only that
@@ -2218,13 +2173,18 @@ fn hide_the_only_data_file(dir: &std::path::Path) -> impl FnOnce() {
 
 /// The summary of table `up.t`'s current snapshot.
 fn head_summary(rt: &tokio::runtime::Runtime, w: &Writer) -> HashMap<String, String> {
-    let ident = table_ident("up", "t").unwrap();
-    let t = rt
-        .block_on(w.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let t = loaded(rt, w, &table_ident("up", "t").unwrap());
     let head = t.metadata.current_snapshot().unwrap();
     head.summary().additional_properties.clone()
+}
+
+/// Table `ident` as `w`'s catalog loads it.
+fn loaded(
+    rt: &tokio::runtime::Runtime,
+    w: &Writer,
+    ident: &iceberg::TableIdent,
+) -> floe::catalog::LoadedTable {
+    rt.block_on(w.catalog().load_table(ident)).unwrap().unwrap()
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -2288,10 +2248,7 @@ fn write_modes_set_by_another_tool_mid_run_are_followed() {
         &writer,
         &[("upsert", r#"{"tenant":"t","id":1,"v":"b"}"#)],
     );
-    let table = rt
-        .block_on(writer.catalog().load_table(&ident))
-        .unwrap()
-        .unwrap();
+    let table = loaded(&rt, &writer, &ident);
     let summary = &table
         .metadata
         .current_snapshot()
@@ -2591,10 +2548,7 @@ fn positional_removes_replaced_files_across_merged_manifests() {
         let upsert = format!(r#"{{"tenant":"t","id":1,"v":"u{i}"}}"#);
         call(&rt, &w, &[("upsert", upsert.as_str())]);
         model.insert(("t".into(), 1), vec![format!("u{i}")]);
-        let t = rt
-            .block_on(w.catalog().load_table(&ident))
-            .unwrap()
-            .unwrap();
+        let t = loaded(&rt, &w, &ident);
         let duck = read_back(
             "duckdb-file",
             json!({"metadata": t.metadata_location.clone().unwrap(),
