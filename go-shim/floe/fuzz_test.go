@@ -9,14 +9,18 @@ import (
 	"testing"
 )
 
+// fuzzDir is the temporary folder of fuzzWriter's catalog, once it is opened.
+var fuzzDir string
+
 // fuzzWriter is one writer per fuzzing process (opening one per input would spend the
-// run on table creation), on an embedded catalog in a temporary folder. Tables are
-// created on first use and evolve as random keys arrive.
+// run on table creation), on an embedded catalog in a temporary folder (removed by
+// TestMain). Tables are created on first use and evolve as random keys arrive.
 var fuzzWriter = sync.OnceValues(func() (*Writer, error) {
 	dir, err := os.MkdirTemp("", "floe-fuzz-")
 	if err != nil {
 		return nil, err
 	}
+	fuzzDir = dir
 	cfg, _ := json.Marshal(map[string]any{
 		"catalog":   map[string]any{"warehouse": dir},
 		"namespace": "fuzz",
@@ -33,6 +37,19 @@ var fuzzWriter = sync.OnceValues(func() (*Writer, error) {
 	})
 	return Open(cfg)
 })
+
+// TestMain closes the fuzzing writer and removes its folder once the package's tests
+// ran, so repeated runs leave nothing behind in the temporary directory.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fuzzDir != "" {
+		if w, err := fuzzWriter(); err == nil {
+			w.Close()
+		}
+		os.RemoveAll(fuzzDir)
+	}
+	os.Exit(code)
+}
 
 // tableChoices are what a message's table entry may be: the config's table, another
 // valid one, names the catalog must refuse, and bytes that are not UTF-8.
