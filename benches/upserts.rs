@@ -10,7 +10,8 @@
 //! 2. **Copy-on-write rewrite throughput**: one key upserted into a table whose only data
 //!    file is ~1, 2 or 4 MiB; MB/s = the file's size over the commit's wall time, and the
 //!    same after subtracting a one-row insert commit on that table (the fixed cost of a
-//!    commit: manifests, catalog); with the process's CPU time per commit. Files of
+//!    commit: manifests, catalog); with the process's CPU time per commit, and per core:
+//!    the file's size over the CPU time of the upsert commit less the insert's. Files of
 //!    1,024-row pages (spliced) and of 20,000-row pages (rewritten whole) alternate.
 //! 3. **Delete files against K** (keys upserted in one commit): the delete file bytes and
 //!    the commit time, merge-on-read (equality deletes) and positional.
@@ -299,6 +300,7 @@ struct RewriteRuns {
     commit_ms: Vec<f64>,
     insert_ms: Vec<f64>,
     cpu_ms: Vec<f64>,
+    insert_cpu_ms: Vec<f64>,
     splice_ms: Vec<f64>,
     bytes: u64,
 }
@@ -315,9 +317,9 @@ fn rewrite_throughput(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
          memory (one thread), MB/s of the file.\n"
     );
     println!(
-        "| page rows | file MiB | rows | commit ms | MB/s (whole commit) | one-row insert commit ms | MB/s (rewrite alone) | CPU ms per commit | splice alone ms | MB/s (splice alone) |"
+        "| page rows | file MiB | rows | commit ms | MB/s (whole commit) | one-row insert commit ms | MB/s (rewrite alone) | CPU ms per commit | one-row insert CPU ms | MB/s per core (rewrite alone) | splice alone ms | MB/s (splice alone) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     // Bytes per row on disk, from a calibration file.
     let dir = tempfile::tempdir().unwrap();
     let w = rt
@@ -327,9 +329,22 @@ fn rewrite_throughput(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
     filled(rt, &w, 1, calibration);
     let per_row = sizes_of(&dir.path().join("wh"), ".parquet") as f64 / calibration as f64;
     drop(w);
-    let targets: &[f64] = if smoke { &[0.1] } else { &[1.0, 2.0, 4.0] };
-    let layouts = [1_024usize, 20_000];
-    for &mib in targets {
+    // FLOE_BENCH_REWRITE_MIB="1" and FLOE_BENCH_REWRITE_PAGES="1024" narrow it down (to
+    // profile one case).
+    let targets: Vec<f64> = if smoke {
+        vec![0.1]
+    } else {
+        vec![1.0, 2.0, 4.0]
+    };
+    let targets: Vec<f64> = targets
+        .into_iter()
+        .filter(|t| wanted("FLOE_BENCH_REWRITE_MIB", &t.to_string()))
+        .collect();
+    let layouts: Vec<usize> = [1_024usize, 20_000]
+        .into_iter()
+        .filter(|p| wanted("FLOE_BENCH_REWRITE_PAGES", &p.to_string()))
+        .collect();
+    for &mib in &targets {
         let rows = ((mib * (1 << 20) as f64) / per_row) as u64;
         let mut measured: Vec<RewriteRuns> = layouts.iter().map(|_| Default::default()).collect();
         for _ in 0..runs {
@@ -351,30 +366,36 @@ fn rewrite_throughput(rt: &tokio::runtime::Runtime, runs: usize, smoke: bool) {
                 call(rt, &w, "upsert", &[row(rows / 2, 1)]);
                 m.commit_ms.push(t.elapsed().as_secs_f64() * 1e3);
                 m.cpu_ms.push(process_cpu_ms() - cpu);
-                let t = Instant::now();
+                let (t, cpu) = (Instant::now(), process_cpu_ms());
                 call(rt, &w, "insert", &[row(rows + 1, 0)]);
                 m.insert_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                m.insert_cpu_ms.push(process_cpu_ms() - cpu);
             }
         }
         for (n, m) in measured.iter_mut().enumerate() {
             m.commit_ms.sort_by(f64::total_cmp);
             m.insert_ms.sort_by(f64::total_cmp);
             m.splice_ms.sort_by(f64::total_cmp);
+            m.cpu_ms.sort_by(f64::total_cmp);
+            m.insert_cpu_ms.sort_by(f64::total_cmp);
             let (c, i, s) = (
                 m.commit_ms[runs / 2],
                 m.insert_ms[runs / 2],
                 m.splice_ms[runs / 2],
             );
+            let rewrite_cpu = m.cpu_ms[runs / 2] - m.insert_cpu_ms[runs / 2];
             let mb = m.bytes as f64 / 1e6;
             println!(
-                "| {} | {:.1} | {rows} | {} | {:.0} | {} | {:.0} | {} | {} | {} |",
+                "| {} | {:.1} | {rows} | {} | {:.0} | {} | {:.0} | {} | {} | {:.0} | {} | {} |",
                 layouts[n],
                 m.bytes as f64 / (1 << 20) as f64,
                 summary(&mut m.commit_ms, 0),
                 mb / (c / 1e3),
                 summary(&mut m.insert_ms, 0),
                 mb / ((c - i).max(0.001) / 1e3),
-                summary(&mut m.cpu_ms, 0),
+                summary(&mut m.cpu_ms, 1),
+                summary(&mut m.insert_cpu_ms, 1),
+                mb / (rewrite_cpu.max(0.001) / 1e3),
                 if s.is_nan() {
                     "—".to_string()
                 } else {

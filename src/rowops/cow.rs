@@ -41,9 +41,10 @@ use super::lookup::{Hit, has_live_files, index_written, open_data_file, unreadab
 use super::removal::Written;
 use super::removed::Removed;
 use crate::error::{Error, Result};
+use crate::table::key_index::KeyIndex;
 use crate::table::merge::carried_without;
 use crate::write::lineage::{LAST_UPDATED_FIELD_ID, ROW_ID_FIELD_ID, with_lineage_columns};
-use crate::write::splice::{splice_without, spliced_data_file};
+use crate::write::splice::{Spliced, splice_without, spliced_data_file};
 use crate::write::{DataFileSink, FileSettings, in_partition_type};
 
 /// Refuses tables copy-on-write cannot rewrite correctly.
@@ -109,12 +110,16 @@ pub async fn rewrite(
         // A file that keeps none of its rows goes without being read.
         let io = (file_io, write_io);
         let shape = (settings, &current, lineage.as_ref());
+        let old_index = || cache.keys().get(&signature(keys), &hit.file);
         if hit.removes_every_row() {
             dropped += 1;
-        } else if let Some((file, bytes)) =
-            write_kept(metadata, io, &hit, shape, written, &mut sink).await?
+        } else if let Some((file, bytes, index)) =
+            write_kept(metadata, io, (&hit, old_index), shape, written, &mut sink).await?
         {
-            remember_keys(keys, cache, &file, bytes);
+            match index {
+                Some(index) => cache.keys().remember(&signature(keys), &file, index),
+                None => remember_keys(keys, cache, &file, bytes),
+            }
             if stage {
                 out.staged.push(file.file_path().to_string());
             }
@@ -170,16 +175,17 @@ pub async fn rewrite(
 }
 
 /// Writes the rows of `hit`'s file that it keeps: spliced into a file of their own
-/// (answered with its entry and bytes), or streamed into `sink` (`None`), in the
-/// current schema and, with `lineage`, the lineage columns.
+/// (answered with its entry, bytes and, from `old_index` (the old file's key index, if
+/// known), its key index), or streamed into `sink` (`None`), in the current schema and,
+/// with `lineage`, the lineage columns.
 async fn write_kept(
     metadata: &TableMetadata,
     (file_io, write_io): (&FileIO, &FileIO),
-    hit: &Hit,
+    (hit, old_index): (&Hit, impl FnOnce() -> Option<Arc<KeyIndex>>),
     (settings, current, lineage): (&FileSettings, &SchemaRef, Option<&SchemaRef>),
     written: &mut Vec<String>,
     sink: &mut DataFileSink,
-) -> Result<Option<(Box<DataFile>, Bytes)>> {
+) -> Result<Option<(Box<DataFile>, Bytes, Option<KeyIndex>)>> {
     let spliced = match lineage {
         Some(_) => Splice::Declined(None),
         None => {
@@ -188,13 +194,36 @@ async fn write_kept(
         }
     };
     match spliced {
-        Splice::Done(file, bytes) => Ok(Some((file, bytes))),
+        Splice::Done(file, spliced) => {
+            let index = old_index().and_then(|old| spliced_index(&old, &spliced));
+            Ok(Some((file, spliced.bytes, index)))
+        }
         Splice::Declined(read) => {
             let kept = KeptRows::new(hit, current, lineage);
             stream_without(file_io, hit, kept, sink, read).await?;
             Ok(None)
         }
     }
+}
+
+/// The key index of a spliced file, carried over from the old file's exact index (the
+/// lookup that found its rows made or used it) by where the splice put each kept row,
+/// so the new file's keys are not read again; `None` for an index of hashes (it keeps
+/// no positions) or one that does not count the old file's rows as the splice did.
+fn spliced_index(old: &KeyIndex, spliced: &Spliced) -> Option<KeyIndex> {
+    if !old.exact() {
+        return None;
+    }
+    let mut new_position = vec![None; usize::try_from(old.rows()).ok()?];
+    let mut kept = 0u64;
+    for (new, p) in spliced.kept_positions().enumerate() {
+        *new_position.get_mut(usize::try_from(p).ok()?)? = Some(u32::try_from(new).ok()?);
+        kept += 1;
+    }
+    if kept != spliced.rows || kept + spliced.removed_count() != old.rows() {
+        return None;
+    }
+    old.moved(&new_position, spliced.rows)
 }
 
 /// Indexes the keys of a spliced file from its bytes, so the next commit that touches
@@ -218,8 +247,8 @@ const SPLICE_MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// What [`splice`] made of a file.
 enum Splice {
-    /// The spliced file's entry, written (to scratch storage when staged), and its bytes.
-    Done(Box<DataFile>, Bytes),
+    /// The spliced file's entry, written (to scratch storage when staged), and the file.
+    Done(Box<DataFile>, Box<Spliced>),
     /// Left to the merging rewrite, with the file's bytes if they were read.
     Declined(Option<Bytes>),
 }
@@ -266,7 +295,7 @@ async fn splice(
         .write(spliced.bytes.clone())
         .await
         .map_err(Error::from)?;
-    Ok(Splice::Done(Box::new(file), spliced.bytes))
+    Ok(Splice::Done(Box::new(file), Box::new(spliced)))
 }
 
 /// Where the splice of `hit`'s file goes: where the table's writers put a new data file
@@ -423,5 +452,112 @@ fn refuse_live_delete_files(carried: &[ManifestFile]) -> Result<()> {
              (rewrite_data_files with delete files applied) or keep merge-on-read",
             m.manifest_path
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use arrow_array::{ArrayRef, Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    use iceberg::spec::{NestedField, PrimitiveType, Type};
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+
+    use super::*;
+
+    fn next(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    fn schema() -> Schema {
+        let field = |name: &str, id: i32, t: DataType| {
+            Field::new(name, t, true).with_metadata(HashMap::from([(
+                PARQUET_FIELD_ID_META_KEY.to_string(),
+                id.to_string(),
+            )]))
+        };
+        Schema::new(vec![
+            field("id", 1, DataType::Int64),
+            field("s", 2, DataType::Utf8),
+        ])
+    }
+
+    fn key_columns() -> KeyColumns {
+        let table = iceberg::spec::Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::optional(2, "s", Type::Primitive(PrimitiveType::String)).into(),
+            ])
+            .build()
+            .unwrap();
+        KeyColumns::for_table(&table, &["id".to_string()], true)
+            .unwrap()
+            .unwrap()
+    }
+
+    /// A data file of random keys (repeats and nulls among them) in small pages.
+    fn data_file(rows: usize, group_rows: usize, rng: &mut u64) -> Bytes {
+        let schema = Arc::new(schema());
+        let ids: ArrayRef = Arc::new(Int64Array::from_iter((0..rows).map(|_| {
+            let v = next(rng) % (rows as u64 * 2);
+            (!v.is_multiple_of(17)).then_some(v as i64)
+        })));
+        let strings: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..rows).map(|i| "s".repeat(i % 23)),
+        ));
+        let batch = RecordBatch::try_new(schema.clone(), vec![ids, strings]).unwrap();
+        let props = WriterProperties::builder()
+            .set_dictionary_enabled(false)
+            .set_data_page_size_limit(256)
+            .set_write_batch_size(32)
+            .set_max_row_group_row_count(Some(group_rows))
+            .build();
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        Bytes::from(out)
+    }
+
+    /// The index a splice carries over equals the one read from the spliced file's
+    /// bytes, over random files and removals: a wrong position there would make a later
+    /// commit remove another row.
+    #[test]
+    fn a_spliced_files_carried_index_is_the_one_its_bytes_give() {
+        let keys = key_columns();
+        let settings = FileSettings {
+            properties: WriterProperties::builder().build(),
+            target_file_size: 1 << 29,
+            dictionaries_by_sample: false,
+        };
+        let mut checked = 0;
+        for seed in 1..=60u64 {
+            let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let rows = 300 + (next(&mut rng) % 2_000) as usize;
+            let group_rows = 200 + (next(&mut rng) % 1_500) as usize;
+            let bytes = data_file(rows, group_rows, &mut rng);
+            let old = index_written(&keys, bytes.clone()).unwrap().unwrap();
+            let mut removed: Vec<u64> = (0..1 + next(&mut rng) % 20)
+                .map(|_| next(&mut rng) % rows as u64)
+                .collect();
+            removed.sort_unstable();
+            removed.dedup();
+            let Some(spliced) = splice_without(&bytes, &removed, &settings, &schema()).unwrap()
+            else {
+                continue;
+            };
+            checked += 1;
+            let carried = spliced_index(&old, &spliced).expect("an exact index");
+            let read = index_written(&keys, spliced.bytes.clone())
+                .unwrap()
+                .unwrap();
+            assert_eq!(carried, read, "seed {seed}");
+        }
+        assert!(checked > 30, "{checked} of 60 spliced");
     }
 }

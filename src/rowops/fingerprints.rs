@@ -69,6 +69,12 @@ pub fn of_encoded(keys: &KeyColumns, batch: &RecordBatch, rows: &Rows) -> Vec<Op
     hashed(batch, rows)
 }
 
+/// The fingerprint of each row's key of `batch` (in the key schema) when the key is its
+/// own fingerprint (see [`is_exact`], which the caller checks), `None` where it is null.
+pub fn values(batch: &RecordBatch) -> Option<Vec<Option<u64>>> {
+    values_of(batch.column(0))
+}
+
 /// The hash of each encoded key of `batch`, `None` where a key column is null.
 fn hashed(batch: &RecordBatch, rows: &Rows) -> Vec<Option<u64>> {
     let columns = batch.columns();

@@ -270,8 +270,23 @@ async fn touched_positions(
         .map_err(|e| unreadable(path, e))?;
     let mut positions = Vec::new();
     let mut offset = 0u64;
+    let exact = fingerprints::is_exact(keys);
     while let Some(batch) = stream.try_next().await.map_err(|e| unreadable(path, e))? {
         let projected = conform(&batch, &keys.arrow)?;
+        // A key that is its own fingerprint is looked up among the touched ones as is,
+        // without encoding rows.
+        if let Some(values) = exact.then(|| fingerprints::values(&projected)).flatten() {
+            for (i, value) in values.iter().enumerate() {
+                if value.is_some_and(|v| probe.fingerprints.binary_search(&v).is_ok()) {
+                    positions.push(offset + i as u64);
+                }
+            }
+            if let Some(index) = index.as_mut() {
+                add_fingerprints(values, offset, index);
+            }
+            offset += batch.num_rows() as u64;
+            continue;
+        }
         let rows = keys.rows(probe.converter, &projected)?;
         let touched = probe
             .touched_set

@@ -29,7 +29,7 @@ pub struct KeySignature(pub Vec<(i32, DataType)>);
 
 /// The keys of one data file: fingerprints ascending and, for an exact index, each
 /// one's row position (files of more than 2^32 rows are not indexed).
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct KeyIndex {
     fingerprints: Vec<u64>,
     /// Parallel to `fingerprints` when exact; empty for hashes (positions found by a
@@ -104,6 +104,23 @@ impl KeyIndex {
         });
         found.sort_unstable();
         found
+    }
+
+    /// This exact index carried over to a file holding some of the same rows, in
+    /// another order: `new_position[p]` is where the old file's row `p` went (`None`:
+    /// removed), and the new file holds `rows` rows. `None` for an index of hashes
+    /// (it keeps no positions) or a position `new_position` does not cover.
+    pub fn moved(&self, new_position: &[Option<u32>], rows: u64) -> Option<KeyIndex> {
+        if !self.exact {
+            return None;
+        }
+        let mut pairs = Vec::with_capacity(self.positions.len());
+        for (&fingerprint, &p) in self.fingerprints.iter().zip(&self.positions) {
+            if let Some(new) = new_position.get(p as usize)? {
+                pairs.push((fingerprint, u64::from(*new)));
+            }
+        }
+        KeyIndex::new(true, pairs, rows)
     }
 
     fn bytes(&self, path: &str) -> usize {
@@ -236,6 +253,21 @@ mod tests {
         assert_eq!(index.positions_of(&[5, 25, 50]), Vec::<u64>::new());
         assert!(index.holds_any(&[1, 20]));
         assert!(!index.holds_any(&[1, 21]));
+    }
+
+    #[test]
+    fn a_moved_index_finds_the_kept_rows_where_they_went() {
+        let index = exact(&[(30, 0), (10, 1), (20, 2), (10, 3), (40, 4)]);
+        // Rows 1 and 4 removed; the others reversed.
+        let moved = index
+            .moved(&[Some(2), None, Some(1), Some(0), None], 3)
+            .unwrap();
+        assert_eq!(moved, exact(&[(30, 2), (20, 1), (10, 0)]));
+        assert_eq!(moved.positions_of(&[10, 30]), vec![0, 2]);
+        // A position the map does not cover, and an index of hashes: nothing.
+        assert_eq!(index.moved(&[Some(0)], 1), None);
+        let hashes = KeyIndex::new(false, vec![(1, 0)], 1).unwrap();
+        assert_eq!(hashes.moved(&[Some(0)], 1), None);
     }
 
     #[test]
