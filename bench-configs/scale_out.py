@@ -24,6 +24,9 @@ reported against it. On a two-core machine the catalog, the store and all writer
 the cores: compare N within one run, not against another machine.
 
     bench-configs/scale_out.py --writers 1,2,4,8,16,32 --seconds 40 --runs 1
+
+--in-flight takes several values (4,64): each writer's max_in_flight, run side by side
+at each N like the builds of --floe.
 """
 import argparse
 import json
@@ -50,7 +53,7 @@ NAMESPACE = "scale"
 BUCKETS = [round(0.005 * 1.25 ** i, 4) for i in range(46)]
 
 
-def pipeline(s, table, writer, args, workload, port, rate):
+def pipeline(s, table, writer, args, workload, port, rate, in_flight):
     interval_ms = max(1, round(1000 * args.batch / rate))
     count = rate * args.seconds
     keyed = ""
@@ -85,7 +88,7 @@ output:
         writer_id: w{writer}
         source: w{writer}
         offset: '${{! json("n") }}'
-    max_in_flight: {args.in_flight}
+    max_in_flight: {in_flight}
 """
 
 
@@ -286,14 +289,15 @@ def unreferenced_files(s, catalog, table):
     return len([p for p in stored if p.endswith(".parquet") and p not in live])
 
 
-def run(s, catalog, workload, writers, args, run_no, binary, rate=None):
+def run(s, catalog, workload, writers, args, run_no, build, rate=None):
+    binary, in_flight = build
     rate = rate or args.rate
     table = f"{workload}_n{writers}_r{run_no}_{int(time.time() * 1000)}"
     create_table(catalog, table, workload == "upsert")
     services_cpu = {name: cpu_seconds(pid) for name, pid in s.pids.items()}
     ports = free_ports(writers)
     t0 = time.monotonic()
-    procs = [Writer(binary, pipeline(s, table, w, args, workload, ports[w], rate), ports[w])
+    procs = [Writer(binary, pipeline(s, table, w, args, workload, ports[w], rate, in_flight), ports[w])
              for w in range(writers)]
     # A build that falls behind is stopped --deadline seconds after its input ends: what
     # it committed by then counts, the rest is reported as behind.
@@ -444,7 +448,8 @@ def main():
     ap.add_argument("--keys", type=int, default=500, help="keys per writer (upsert)")
     ap.add_argument("--seconds", type=int, default=40, help="seconds each writer is fed")
     ap.add_argument("--warmup", type=int, default=10, help="seconds left out at the start")
-    ap.add_argument("--in-flight", type=int, default=4)
+    ap.add_argument("--in-flight", default="4",
+                    help="max_in_flight of each writer; several (4,64) run side by side")
     ap.add_argument("--deadline", type=int, default=60,
                     help="seconds after the input ends by which a writer must be done")
     ap.add_argument("--compare", default="append",
@@ -458,7 +463,14 @@ def main():
                     help="name=binary,... : builds to compare, run in turn at each N")
     ap.add_argument("--log-dir", default="", help="keep each writer's log here")
     args = ap.parse_args()
-    variants = dict(v.split("=", 1) for v in args.floe.split(",")) if args.floe else {"floe": FLOE}
+    binaries = dict(v.split("=", 1) for v in args.floe.split(",")) if args.floe else {"floe": FLOE}
+    in_flights = [int(x) for x in args.in_flight.split(",")]
+    # Every build at every max_in_flight, named by both when there are several.
+    variants = {}
+    for name, binary in binaries.items():
+        for m in in_flights:
+            label = name if len(in_flights) == 1 else f"{name} mif={m}"
+            variants[label] = (binary, m)
     def builds(workload):
         every = list(variants.items())
         return every if workload in args.compare.split(",") else every[-1:]
@@ -476,16 +488,16 @@ def main():
         results, peaks = {}, {}
         for workload in args.workloads.split(","):
             for r in range(args.runs):
-                for name, binary in builds(workload):
-                    res = run(s, catalog, workload, 1, args, r, binary, args.peak_rate)
+                for name, build in builds(workload):
+                    res = run(s, catalog, workload, 1, args, r, build, args.peak_rate)
                     print(f"{name}: {workload} one writer at {args.peak_rate} rows/s, run {r}: "
                           f"{res}", flush=True)
                     peaks.setdefault((workload, name), []).append(res)
             for writers in [int(x) for x in args.writers.split(",")]:
                 for r in range(args.runs):
                     # Variants take turns at each N, so drift on the machine hits them alike.
-                    for name, binary in builds(workload):
-                        res = run(s, catalog, workload, writers, args, r, binary)
+                    for name, build in builds(workload):
+                        res = run(s, catalog, workload, writers, args, r, build)
                         print(f"{name}: {workload} N={writers} run {r}: {res}", flush=True)
                         results.setdefault((workload, writers, name), []).append(res)
         # The catalog's rate on a table as long as the runs' (their last one, with as many
