@@ -462,17 +462,10 @@ mod tests {
     use arrow_array::{ArrayRef, Int64Array, StringArray};
     use arrow_schema::{DataType, Field, Schema};
     use iceberg::spec::{NestedField, PrimitiveType, Type};
-    use parquet::arrow::ArrowWriter;
     use parquet::file::properties::WriterProperties;
 
     use super::*;
-
-    fn next(state: &mut u64) -> u64 {
-        *state ^= *state << 13;
-        *state ^= *state >> 7;
-        *state ^= *state << 17;
-        *state
-    }
+    use crate::write::test_files::{next, parquet_bytes};
 
     fn schema() -> Schema {
         let field = |name: &str, id: i32, t: DataType| {
@@ -510,18 +503,14 @@ mod tests {
         let strings: ArrayRef = Arc::new(StringArray::from_iter_values(
             (0..rows).map(|i| "s".repeat(i % 23)),
         ));
-        let batch = RecordBatch::try_new(schema.clone(), vec![ids, strings]).unwrap();
+        let batch = RecordBatch::try_new(schema, vec![ids, strings]).unwrap();
         let props = WriterProperties::builder()
             .set_dictionary_enabled(false)
             .set_data_page_size_limit(256)
             .set_write_batch_size(32)
             .set_max_row_group_row_count(Some(group_rows))
             .build();
-        let mut out = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
-        Bytes::from(out)
+        parquet_bytes(&batch, props)
     }
 
     /// The index a splice carries over equals the one read from the spliced file's

@@ -9,6 +9,8 @@ pub mod deletion_vector;
 pub mod dictionary;
 pub mod lineage;
 pub mod splice;
+#[cfg(test)]
+pub(crate) mod test_files;
 
 use std::collections::HashMap;
 

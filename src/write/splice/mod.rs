@@ -911,6 +911,7 @@ fn page_sizes(page: &[u8]) -> Option<(i32, i64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::write::test_files::{next, parquet_bytes};
     use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
     use arrow_schema::{DataType, Field};
     use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
@@ -946,17 +947,13 @@ mod tests {
         let strings: ArrayRef = Arc::new(StringArray::from_iter(
             (0..rows).map(|i| (i % 7 != 0).then(|| format!("v{}", i % 13))),
         ));
-        let batch = RecordBatch::try_new(schema.clone(), vec![ids, strings]).unwrap();
+        let batch = RecordBatch::try_new(schema, vec![ids, strings]).unwrap();
         let props = WriterProperties::builder()
             .set_data_page_row_count_limit(page_rows)
             .set_write_batch_size(page_rows)
             .set_max_row_group_row_count(Some(group_rows))
             .build();
-        let mut out = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
-        Bytes::from(out)
+        parquet_bytes(&batch, props)
     }
 
     fn ids(bytes: &Bytes) -> Vec<Option<i64>> {
@@ -1056,26 +1053,14 @@ mod tests {
             let len = (next(&mut rng) % 40) as usize;
             (i % 11 != 0).then(|| "x".repeat(len))
         })));
-        let batch = RecordBatch::try_new(schema.clone(), vec![ids, strings]).unwrap();
+        let batch = RecordBatch::try_new(schema, vec![ids, strings]).unwrap();
         let props = WriterProperties::builder()
             .set_dictionary_enabled(seed.is_multiple_of(5))
             .set_data_page_size_limit(page_bytes)
             .set_write_batch_size(16)
             .set_max_row_group_row_count(Some(group_rows))
             .build();
-        let mut out = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
-        Bytes::from(out)
-    }
-
-    /// xorshift64*: a seeded stream for the property tests (no dependency for it).
-    fn next(state: &mut u64) -> u64 {
-        *state ^= *state >> 12;
-        *state ^= *state << 25;
-        *state ^= *state >> 27;
-        state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        parquet_bytes(&batch, props)
     }
 
     /// `kept_positions` names, row by row, where each row of the spliced file was in the
