@@ -1068,7 +1068,7 @@ mod tests {
     /// file, over random layouts and removals, including whole row groups removed.
     #[test]
     fn kept_positions_follow_the_spliced_rows() {
-        let (mut spliced_files, mut whole_groups) = (0, 0);
+        let (mut spliced_files, mut whole_groups, mut emptied_regions) = (0, 0, 0);
         for seed in 1..=120u64 {
             let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
             let rows = 200 + (next(&mut rng) % 3_000) as i64;
@@ -1087,18 +1087,35 @@ mod tests {
                     rows.push(next(&mut rng) % g);
                     rows
                 }
+                // A run of rows inside a row group: regions that keep nothing, in a row
+                // group that survives.
+                false if seed % 4 == 1 => {
+                    let start = next(&mut rng) % (rows as u64 / 2);
+                    (start..start + 60).collect()
+                }
                 false => (0..1 + next(&mut rng) % 12)
                     .map(|_| next(&mut rng) % rows as u64)
                     .collect(),
             };
             removed.sort_unstable();
             removed.dedup();
+            let metadata = ParquetMetaDataReader::new()
+                .with_page_index_policy(PageIndexPolicy::Required)
+                .parse_and_finish(&bytes)
+                .unwrap();
+            let emptied = plan(&metadata, &removed).is_some_and(|p| {
+                p.iter().any(|(index, regions)| {
+                    regions.iter().any(|r| r.kept() == 0)
+                        && !regions_cover(regions, metadata.row_group(*index))
+                })
+            });
             let Some(spliced) = splice_without(&bytes, &removed, &settings(), &schema()).unwrap()
             else {
                 continue;
             };
             spliced_files += 1;
             whole_groups += usize::from(whole_group);
+            emptied_regions += usize::from(emptied);
             let expected: Vec<Option<i64>> =
                 spliced.kept_positions().map(|p| Some(p as i64)).collect();
             assert_eq!(ids(&spliced.bytes), expected, "seed {seed}");
@@ -1110,6 +1127,10 @@ mod tests {
         assert!(
             whole_groups > 10,
             "{whole_groups} of 30 row groups removed whole"
+        );
+        assert!(
+            emptied_regions >= 3,
+            "{emptied_regions} files with a region that keeps nothing"
         );
     }
 
