@@ -110,15 +110,19 @@ pub async fn rewrite(
         // A file that keeps none of its rows goes without being read.
         let io = (file_io, write_io);
         let shape = (settings, &current, lineage.as_ref());
-        let old_index = || cache.keys().get(&signature(keys), &hit.file);
         if hit.removes_every_row() {
             dropped += 1;
-        } else if let Some((file, bytes, index)) =
-            write_kept(metadata, io, (&hit, old_index), shape, written, &mut sink).await?
+        } else if let Some((file, spliced)) =
+            write_kept(metadata, io, &hit, shape, written, &mut sink).await?
         {
-            match index {
-                Some(index) => cache.keys().remember(&signature(keys), &file, index),
-                None => remember_keys(keys, cache, &file, bytes),
+            let signature = signature(keys);
+            let carried = cache
+                .keys()
+                .get(&signature, &hit.file)
+                .and_then(|old| spliced_index(&old, &spliced));
+            match carried {
+                Some(index) => cache.keys().remember(&signature, &file, index),
+                None => remember_keys(keys, cache, &file, spliced.bytes),
             }
             if stage {
                 out.staged.push(file.file_path().to_string());
@@ -175,17 +179,16 @@ pub async fn rewrite(
 }
 
 /// Writes the rows of `hit`'s file that it keeps: spliced into a file of their own
-/// (answered with its entry, bytes and, from `old_index` (the old file's key index, if
-/// known), its key index), or streamed into `sink` (`None`), in the current schema and,
-/// with `lineage`, the lineage columns.
+/// (answered with its entry and the spliced file), or streamed into `sink` (`None`),
+/// in the current schema and, with `lineage`, the lineage columns.
 async fn write_kept(
     metadata: &TableMetadata,
     (file_io, write_io): (&FileIO, &FileIO),
-    (hit, old_index): (&Hit, impl FnOnce() -> Option<Arc<KeyIndex>>),
+    hit: &Hit,
     (settings, current, lineage): (&FileSettings, &SchemaRef, Option<&SchemaRef>),
     written: &mut Vec<String>,
     sink: &mut DataFileSink,
-) -> Result<Option<(Box<DataFile>, Bytes, Option<KeyIndex>)>> {
+) -> Result<Option<(Box<DataFile>, Box<Spliced>)>> {
     let spliced = match lineage {
         Some(_) => Splice::Declined(None),
         None => {
@@ -194,10 +197,7 @@ async fn write_kept(
         }
     };
     match spliced {
-        Splice::Done(file, spliced) => {
-            let index = old_index().and_then(|old| spliced_index(&old, &spliced));
-            Ok(Some((file, spliced.bytes, index)))
-        }
+        Splice::Done(file, spliced) => Ok(Some((file, spliced))),
         Splice::Declined(read) => {
             let kept = KeptRows::new(hit, current, lineage);
             stream_without(file_io, hit, kept, sink, read).await?;
