@@ -16,7 +16,10 @@ input ends, are left out):
 - rows lost and duplicated, read back by DuckDB against a model (exactly-once is on, so
   both must be 0);
 - CPU per committed row of one floe process (the median writer), and of the catalog and
-  the object store.
+  the object store;
+- cores busy (every process's CPU over the run's wall time) and the rows/s the cores
+  allow: the machine's cores over every process's CPU per row. Where rows/s reach that,
+  the cores are the limit, not contention: lower --rate to see contention alone.
 
 The ceiling: the catalog's own commit rate, measured first with a trivial commit loop
 (`set-properties` commits posted back to back, from 1 and from 4 clients). Each N is
@@ -313,6 +316,7 @@ def run(s, catalog, workload, writers, args, run_no, build, rate=None):
                 q.proc.kill()
             sys.exit(f"writer failed:\n{p.output[-3000:]}")
     services_cpu = {name: cpu_seconds(pid) - services_cpu[name] for name, pid in s.pids.items()}
+    elapsed = time.monotonic() - t0
     lo, hi = t0 + args.warmup, t0 + args.seconds
 
     def window(name):
@@ -330,8 +334,12 @@ def run(s, catalog, workload, writers, args, run_no, build, rate=None):
     # Rows of stopped writers were never acknowledged: missing, not lost.
     behind, lost = (lost, float("nan")) if stopped else (0, lost)
     committed = writers * rate * args.seconds
-    per_row = [(p.usage.ru_utime + p.usage.ru_stime) / (rate * args.seconds) * 1e6
-               for p in procs]
+    writers_cpu = [p.usage.ru_utime + p.usage.ru_stime for p in procs]
+    per_row = [cpu / (rate * args.seconds) * 1e6 for cpu in writers_cpu]
+    # Every process's CPU for the whole run (catch-up included), per row committed: what
+    # one row costs the machine at this N, so cores / that is the most rows/s it could take.
+    all_cpu = sum(writers_cpu) + sum(services_cpu.values())
+    rows_done = sum(total(f, "iceberg_row_operations_total") for f in finals)
     return {
         "table": table,
         "rows_per_s": window("iceberg_row_operations_total") / span,
@@ -350,6 +358,8 @@ def run(s, catalog, workload, writers, args, run_no, build, rate=None):
         "stopped": stopped,
         "behind": behind,
         "floe_us": statistics.median(per_row),
+        "cores_busy": all_cpu / elapsed,
+        "cpu_cap": os.cpu_count() * rows_done / all_cpu,
         **{f"{name}_us": cpu / committed * 1e6 for name, cpu in services_cpu.items()},
     }
 
@@ -364,6 +374,8 @@ COLUMNS = [("rows_per_s", "rows/s", "{:,.0f}"), ("commits_per_s", "commits/s", "
            ("lost", "lost", "{:.0f}"), ("duplicated", "dup", "{:.0f}"),
            ("stopped", "writers stopped at the deadline", "{:.0f}"),
            ("behind", "rows not committed by then", "{:,.0f}"),
+           ("cores_busy", "cores busy", "{:.2f}"),
+           ("cpu_cap", "rows/s the cores allow", "{:,.0f}"),
            ("floe_us", "CPU µs/row: floe (one)", "{:.1f}")]
 
 

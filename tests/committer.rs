@@ -134,6 +134,9 @@ enum Fault {
     /// Do not forward; answer 503, and every request of the next 4 s too: the catalog
     /// went down before it saw the commit.
     RefuseThenGoDown,
+    /// Do not forward; answer 409 `CommitFailedException`, as the catalog does when
+    /// another writer's commit came first.
+    Conflict,
 }
 
 /// A small HTTP/1.1 proxy in front of the REST catalog that injects `faults`, in order,
@@ -209,6 +212,15 @@ async fn proxy_one(
     {
         let answer =
             "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        return client.write_all(answer.as_bytes()).await;
+    }
+    if fault == Some(Fault::Conflict) {
+        injected.fetch_add(1, Ordering::SeqCst);
+        let body = r#"{"error":{"message":"Requirement failed: branch main has changed","type":"CommitFailedException","code":409}}"#;
+        let answer = format!(
+            "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
         return client.write_all(answer.as_bytes()).await;
     }
     let refusal = match fault {
@@ -1185,4 +1197,123 @@ fn a_writer_loads_the_head_first_while_another_keeps_committing() {
     let mut want: Vec<i64> = (0..=10).chain(1001..=1010).collect();
     want.sort();
     assert_eq!(ids_read_back(&table), want);
+}
+
+/// Upserts of `texts`, one message each.
+fn upserts(texts: &[String]) -> Vec<Message<'_>> {
+    texts
+        .iter()
+        .map(|t| Message {
+            operation: Some("upsert"),
+            ..Message::insert(t.as_bytes())
+        })
+        .collect()
+}
+
+/// Regression (scale-out bench, issue 39): a writer paced by conflicts holds its next
+/// commit, but upsert calls that arrived during the hold were each encoded as a group
+/// of their own, and groups carrying deletes cannot share a snapshot. The hold then ended
+/// in a burst of one commit per call, each one another writer could refuse, so pacing
+/// did nothing for upserts. Now the encoder gathers the calls of a hold into one group.
+///
+/// The proxy refuses each of the first commits four times (as a crowd of other writers
+/// would), which paces the writer; six ordered calls then arrive 40 ms apart inside the
+/// hold, each upserting key 0 and a key of its own.
+#[test]
+fn upserts_held_by_commit_pacing_land_as_one_snapshot() {
+    let rt = runtime();
+    const PRIMING: i64 = 7;
+    let mut faults = Vec::new();
+    for _ in 0..PRIMING {
+        faults.extend([Fault::Conflict; 4]);
+        faults.push(Fault::Pass);
+    }
+    let proxy = rt.block_on(FaultProxy::start(services().rest_url.clone(), faults));
+    let name = format!("paced_upserts_{}", std::process::id());
+    let table = format!("committer.{name}");
+    let schema = json!({"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "id", "required": true, "type": "long"},
+        {"id": 2, "name": "v", "required": false, "type": "string"}
+    ]});
+    let cfg = rest_config(
+        json!({"catalog": {"url": proxy.url}, "namespace": "committer",
+        "table": name, "identifier_fields": ["id"], "merge_strategy": "merge-on-read",
+        "commit": {"retry_timeout": "60s"},
+        "schema_evolution": {"enabled": true, "schema": schema}}),
+    );
+    let writer = Arc::new(rt.block_on(Writer::open(cfg)).unwrap());
+    for i in 0..PRIMING {
+        let texts = [format!(r#"{{"id": {i}, "v": "primed-{i}"}}"#)];
+        write_messages_ok(&rt, &writer, &upserts(&texts));
+    }
+    // Six ordered calls, 10 ms apart: far more than an unheld gathering waits for (1 ms),
+    // and all in well within the hold (at least 1 s after the last commit started).
+    const HELD: i64 = 6;
+    let calls: Vec<_> = (0..HELD)
+        .map(|k| {
+            let ticket = writer.arrive();
+            let writer = writer.clone();
+            rt.spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(10 * k as u64)).await;
+                let texts = [
+                    format!(r#"{{"id": 0, "v": "held-{k}"}}"#),
+                    format!(r#"{{"id": {}, "v": "held-{k}"}}"#, 1 + k),
+                ];
+                support::write_ordered_call(&writer, ticket, &upserts(&texts), |_| {}).await
+            })
+        })
+        .collect();
+    for call in calls {
+        rt.block_on(call).unwrap().unwrap();
+    }
+    let events: Vec<_> = writer
+        .drain_events(1000)
+        .into_iter()
+        .filter(|e| e.kind == floe::stats::EventKind::Committed)
+        .collect();
+    let conflicts: Vec<_> = events.iter().map(|e| e.conflicts).collect();
+    let paced: Vec<_> = events.iter().map(|e| e.paced).collect();
+    // Each priming commit met its four conflicts: the writer's spacing is at its cap.
+    assert_eq!(conflicts[..PRIMING as usize], [4; PRIMING as usize]);
+    // Then one commit, held by pacing, for the six calls.
+    assert_eq!(
+        events.len(),
+        PRIMING as usize + 1,
+        "the six held calls landed as one snapshot (conflicts {conflicts:?}, paced {paced:?})"
+    );
+    assert!(!paced[PRIMING as usize].is_zero(), "{paced:?}");
+    let (snapshots, _) = table_stats(&writer, &rt, &table);
+    assert_eq!(snapshots, PRIMING as usize + 1);
+    // Every key once, with its last value; key 0 with the last call's.
+    let loaded = rt
+        .block_on(
+            writer
+                .catalog()
+                .load_table(&table_ident("committer", &name).unwrap()),
+        )
+        .unwrap()
+        .unwrap();
+    let duck = json!({"metadata": loaded.metadata_location.unwrap(),
+        "s3": services().duckdb_s3(), "sql": "SELECT id, v FROM $T"});
+    let pairs = |out: Value| {
+        let mut got: Vec<(i64, String)> = out["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_i64().unwrap(),
+                    r["v"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        got.sort();
+        got
+    };
+    let mut want: Vec<(i64, String)> = vec![(0, format!("held-{}", HELD - 1))];
+    want.extend((1..=HELD).map(|i| (i, format!("held-{}", i - 1))));
+    want.extend((HELD + 1..PRIMING).map(|i| (i, format!("primed-{i}"))));
+    assert_eq!(pairs(read_back("duckdb-s3", duck)), want, "DuckDB");
+    let java = read_back("java-rest", services().pyiceberg_args(&table));
+    assert_eq!(pairs(java), want, "Iceberg's Java reader");
 }

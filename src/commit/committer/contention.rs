@@ -17,8 +17,10 @@
 //!   more they meet, shorter after each clean commit (as TCP paces senders over a shared
 //!   link): the writers
 //!   then take turns at the catalog instead of colliding, and each commit carries what
-//!   arrived meanwhile (group commit). Clean commits shorten the wait again, so a writer
-//!   alone on its table never waits.
+//!   arrived meanwhile (group commit): the encoder gathers it into one group, so that
+//!   upserts and deletes, whose groups cannot share a snapshot, land as one snapshot too
+//!   (see `schedule::Pace::hold_until`). Clean commits shorten the wait again, so a
+//!   writer alone on its table never waits.
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 use crate::sync::LockExt;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use iceberg::spec::DataFile;
@@ -53,9 +53,16 @@ pub(super) async fn encode_loop(
             },
         };
         commits_done.borrow_and_update();
-        let plan = pace.locked().plan();
+        let plan = match first.submission.together {
+            Some(_) => pace.locked().unheld_plan(),
+            None => pace.locked().plan(),
+        };
         let gathering = match plan {
             Plan::Now => None,
+            Plan::GatherUntil(until) => {
+                let encode = pace.locked().encode;
+                Some(Gathering::held_until(options.callers, until, encode))
+            }
             Plan::Overlap(wait) => {
                 tokio::time::sleep(wait).await;
                 None
@@ -64,8 +71,13 @@ pub(super) async fn encode_loop(
                 // The stage clears `commit_started` before announcing the end, so an end
                 // that came between the check and here is not missed.
                 let _ = commits_done.changed().await;
-                let commit = pace.locked().commit;
-                Some(Gathering::new(options.callers, commit, Instant::now()))
+                let pace = pace.locked();
+                Some(match pace.holding() {
+                    Some(until) if first.submission.together.is_none() => {
+                        Gathering::held_until(options.callers, until, pace.encode)
+                    }
+                    _ => Gathering::new(options.callers, pace.commit, Instant::now()),
+                })
             }
             Plan::GatherSince { ended, released } => {
                 let commit = pace.locked().commit;
@@ -73,7 +85,12 @@ pub(super) async fn encode_loop(
                 Some(Gathering::new(callers, commit, ended))
             }
         };
+        let gathered_at = Instant::now();
         let group = collect(first, &mut queue, &mut carry, (&options, &gate), gathering).await;
+        let held = match gathering {
+            Some(g) if g.held => gathered_at.elapsed(),
+            _ => Duration::ZERO,
+        };
         let current = view.borrow().clone();
         let ident = current.table.ident.clone();
         let schema_id = current.schema_id();
@@ -131,6 +148,7 @@ pub(super) async fn encode_loop(
                     schema_id,
                     spec_id: current.table.metadata.default_partition_spec_id(),
                     pendings: fresh,
+                    held,
                 };
                 slot.send(group);
             }

@@ -281,6 +281,7 @@ impl TableCommitter {
                 behind: false,
                 contention: Default::default(),
                 held: Duration::ZERO,
+                next_hold: None,
             }
             .run(encoded_rx),
         );
@@ -437,6 +438,9 @@ struct EncodedGroup {
     schema_id: i32,
     spec_id: i32,
     pendings: Vec<Pending>,
+    /// How long the encoder gathered the group because commit pacing held the commit
+    /// (see `schedule::Pace::hold_until`): reported as the commit's pacing.
+    held: Duration,
 }
 
 /// The key signature and, by path, the key index of data files a group staged.

@@ -31,6 +31,12 @@ pub(super) struct Pace {
     pub(super) released: usize,
     pub(super) commit: Duration,
     pub(super) encode: Duration,
+    /// Until when commit pacing holds the next commit (see `contention`), set as the
+    /// last commit ends. The encoder gathers what arrives until then into one group:
+    /// groups that carry deletes cannot share a snapshot, so upserts encoded as they
+    /// arrived would land as one snapshot each once the hold ends, every one of them a
+    /// commit the other writers may refuse.
+    pub(super) hold_until: Option<Instant>,
 }
 
 /// After a commit ends, how long the encoder keeps taking submissions that arrive close
@@ -54,6 +60,9 @@ pub(super) const GATHER_CALLERS_MAX: Duration = Duration::from_secs(1);
 pub(super) struct Gathering {
     pub(super) callers: Option<usize>,
     pub(super) until: Instant,
+    /// Waits for `until` even when the host did not say how many calls it runs: the
+    /// commit is held until then anyway (see [`Pace::hold_until`]).
+    pub(super) held: bool,
 }
 
 impl Gathering {
@@ -65,6 +74,19 @@ impl Gathering {
         Gathering {
             callers,
             until: now + wait,
+            held: false,
+        }
+    }
+
+    /// Gathers for a commit held until `until`, or until every caller is in. It ends
+    /// one encoding (`encode`, the recent average) early, so that the group reaches the
+    /// stage while the stage still holds: a group that came later would be committed
+    /// after the next hold, and the one gathered meanwhile after the hold after that.
+    pub(super) fn held_until(callers: Option<usize>, until: Instant, encode: Duration) -> Self {
+        Gathering {
+            callers,
+            until: until.checked_sub(encode).unwrap_or(until),
+            held: true,
         }
     }
 
@@ -76,6 +98,7 @@ impl Gathering {
     pub(super) fn next_deadline(&self, now: Instant) -> Instant {
         match self.callers {
             Some(_) => self.until,
+            None if self.held => self.until,
             None => (now + GATHER_GAP).min(self.until),
         }
     }
@@ -83,6 +106,8 @@ impl Gathering {
 
 pub(super) enum Plan {
     Now,
+    /// Gather until the held commit may start (see [`Pace::hold_until`]).
+    GatherUntil(Instant),
     /// Overlap: sleep this long, then collect.
     Overlap(Duration),
     /// Gather once the commit in flight ends.
@@ -104,7 +129,23 @@ impl Pace {
         };
     }
 
+    /// When the encoder collects its next group. While pacing holds the next commit and
+    /// none is in flight, it gathers until the hold ends: the group then carries what
+    /// the commit would have carried anyway, as one group.
     pub(super) fn plan(&self) -> Plan {
+        match self.holding() {
+            Some(until) if self.commit_started.is_none() => Plan::GatherUntil(until),
+            _ => self.unheld_plan(),
+        }
+    }
+
+    /// Until when pacing still holds the next commit, if it does.
+    pub(super) fn holding(&self) -> Option<Instant> {
+        self.hold_until.filter(|t| *t > Instant::now())
+    }
+
+    /// [`Self::plan`] for rows pacing does not hold (a transaction across tables).
+    pub(super) fn unheld_plan(&self) -> Plan {
         let gathers = self.commit > self.encode + GATHER_MAX;
         let Some(started) = self.commit_started else {
             // The first caller back from a commit would otherwise be committed alone,
@@ -183,6 +224,12 @@ pub(super) async fn collect(
             }
         };
         let Some(p) = next else { break };
+        // A transaction across tables is not held (its other tables' parts wait for
+        // this one): it joins the held group and ends the gathering.
+        if gathering.is_some_and(|g| g.held) && !together && p.submission.together.is_some() {
+            group.push(p);
+            break;
+        }
         let (r, b) = (p.submission.batch.num_rows(), p.submission.bytes);
         let joins_another = together && p.submission.together.is_some();
         if joins_another || rows + r > options.max_group_rows || bytes + b > options.max_group_bytes
@@ -441,6 +488,7 @@ mod tests {
             released: 0,
             commit: Duration::from_millis(40),
             encode: Duration::from_millis(5),
+            hold_until: None,
         };
         assert!(matches!(pace.plan(), Plan::Now), "nothing in flight");
         let just_now = Instant::now();
@@ -468,5 +516,102 @@ mod tests {
         assert!(matches!(pace.plan(), Plan::Overlap(w) if w.is_zero()));
         pace.encode = Duration::from_millis(38);
         assert!(matches!(pace.plan(), Plan::Overlap(w) if w <= Duration::from_millis(2)));
+    }
+
+    #[test]
+    fn a_held_commit_gathers_until_its_hold_ends() {
+        let until = Instant::now() + Duration::from_secs(60);
+        let mut pace = Pace {
+            commit: Duration::from_millis(40),
+            encode: Duration::from_millis(5),
+            hold_until: Some(until),
+            ..Pace::default()
+        };
+        assert!(matches!(pace.plan(), Plan::GatherUntil(t) if t == until));
+        // Rows pacing does not hold (a transaction across tables) plan as before.
+        assert!(matches!(pace.unheld_plan(), Plan::Now));
+        // A commit in flight: its callers are gathered once it ends (the encoder then
+        // asks whether a hold followed it).
+        pace.commit_started = Some(Instant::now());
+        assert!(matches!(pace.plan(), Plan::Gather));
+        pace.commit_started = None;
+        // A hold that has ended holds nothing.
+        pace.hold_until = Instant::now().checked_sub(Duration::from_millis(1));
+        assert!(matches!(pace.plan(), Plan::Now));
+    }
+
+    #[tokio::test]
+    async fn a_held_gathering_takes_calls_however_far_apart_until_the_hold_ends() {
+        // Calls 15 ms apart: far more than the gap an unheld gathering waits for.
+        let spaced = |tx: mpsc::UnboundedSender<Pending>| {
+            tokio::spawn(async move {
+                for rows in [2, 3, 4] {
+                    tokio::time::sleep(Duration::from_millis(15)).await;
+                    let _ = tx.send(pending(rows, 10));
+                }
+            })
+        };
+        let opts = options(0, 100, 1_000);
+        let open = ShredGate::default();
+
+        // The host did not say how many calls it runs: all that come before the hold ends.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        spaced(tx.clone());
+        let t0 = Instant::now();
+        let g = Gathering::held_until(None, t0 + Duration::from_millis(200), Duration::ZERO);
+        let group = collect(pending(1, 10), &mut rx, &mut None, (&opts, &open), Some(g)).await;
+        assert_eq!(sizes(&group), vec![1, 2, 3, 4]);
+        assert!(
+            t0.elapsed() >= Duration::from_millis(200),
+            "ended before the hold"
+        );
+        drop((tx, rx));
+
+        // Every caller in: nothing more can come, so the group is taken at once.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        spaced(tx.clone());
+        let t0 = Instant::now();
+        let g = Gathering::held_until(Some(3), t0 + Duration::from_secs(5), Duration::ZERO);
+        let group = collect(pending(1, 10), &mut rx, &mut None, (&opts, &open), Some(g)).await;
+        assert_eq!(sizes(&group), vec![1, 2, 3]);
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "waited past the last caller"
+        );
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn a_transaction_across_tables_ends_a_held_gathering() {
+        let dir = tempfile::tempdir().unwrap();
+        let (catalog, idents) =
+            crate::catalog::sql::catalog_with_tables(dir.path(), &["a", "b"]).await;
+        let mut parties = crate::commit::together::parties(Arc::new(catalog), &idents);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let late = tx.clone();
+        let mut together = pending(2, 10);
+        together.submission.together = Some(parties.remove(0));
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let _ = late.send(together);
+        });
+        let t0 = Instant::now();
+        let g = Gathering::held_until(None, t0 + Duration::from_secs(5), Duration::ZERO);
+        let opts = options(0, 100, 1_000);
+        let group = collect(
+            pending(1, 10),
+            &mut rx,
+            &mut None,
+            (&opts, &ShredGate::default()),
+            Some(g),
+        )
+        .await;
+        assert_eq!(sizes(&group), vec![1, 2]);
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "the transaction's part waited out the hold: {:?}",
+            t0.elapsed()
+        );
+        drop(tx);
     }
 }

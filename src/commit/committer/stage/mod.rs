@@ -100,6 +100,8 @@ pub(super) struct CommitStage {
     pub(super) contention: Contention,
     /// How long the next commit was held by that pacing (reported with it).
     pub(super) held: Duration,
+    /// Until when that pacing holds the next commit, drawn as the last one ended.
+    pub(super) next_hold: Option<Instant>,
 }
 
 /// The table a commit of the stage's own produced, applied locally (see
@@ -140,17 +142,19 @@ impl KeptTable {
 impl CommitStage {
     pub(super) async fn run(mut self, mut encoded: mpsc::Receiver<EncodedGroup>) {
         while let Some(first) = encoded.recv().await {
+            let mut held = first.held;
             let mut groups = vec![first];
             // Paced while other writers' commits keep refusing this one's (see
             // `contention`). A part of a transaction across tables is not held: the
             // other tables' parts wait for it.
             if !groups[0].commits_together()
-                && let Some(until) = self.contention.hold_until(jitter())
+                && let Some(until) = self.next_hold.filter(|t| *t > Instant::now())
             {
                 let holding = Instant::now();
                 self.hold(&mut encoded, &mut groups, until).await;
-                self.held = holding.elapsed();
+                held += holding.elapsed();
             }
+            self.held = held;
             // Marked at once: the encoder, woken by the free slot, reads it next.
             let started = Instant::now();
             self.pace.locked().commit_started = Some(started);
@@ -175,8 +179,12 @@ impl CommitStage {
                 self.contention.started(started);
                 self.contention.finished(conflicts);
             }
+            // Drawn now, so that the encoder gathers what arrives until then into one
+            // group (see `Pace::hold_until`).
+            self.next_hold = self.contention.hold_until(jitter());
             {
                 let mut pace = self.pace.locked();
+                pace.hold_until = self.next_hold;
                 pace.commit_started = None;
                 pace.commit_ended = Some(Instant::now());
                 pace.released = released;
