@@ -122,20 +122,6 @@ fn expected(model: &Model) -> Vec<(i64, String)> {
     rows
 }
 
-fn rows_of(values: impl IntoIterator<Item = Value>) -> Vec<(i64, String)> {
-    let mut rows: Vec<(i64, String)> = values
-        .into_iter()
-        .map(|r| {
-            (
-                r["id"].as_i64().unwrap(),
-                r["v"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    rows.sort();
-    rows
-}
-
 /// The first hot key whose rows differ, with every operation on it so far: the minimal
 /// stream that shows the failure.
 fn explain(
@@ -205,7 +191,7 @@ fn run_seed(seed: u64, strategy: &str, shape: Shape) -> Result<(), String> {
             );
         }
         write_calls_in_arrival_order(&rt, &writer, calls, write_call)?;
-        let got = rows_of(scan_columns(&rt, &writer, &config, &["id", "v"]));
+        let got = support::id_values(scan_columns(&rt, &writer, &config, &["id", "v"]));
         let want = expected(&model);
         if got != want {
             return Err(format!(
@@ -229,7 +215,7 @@ fn run_seed(seed: u64, strategy: &str, shape: Shape) -> Result<(), String> {
         "duckdb-file",
         json!({"metadata": table.metadata_location.unwrap(), "sql": "SELECT id, v FROM $T"}),
     );
-    let got = rows_of(duck["rows"].as_array().unwrap().clone());
+    let got = support::id_values(duck["rows"].as_array().unwrap().clone());
     if got != want {
         return Err(format!(
             "seed {seed}, {strategy} (DuckDB): {}",
@@ -242,7 +228,7 @@ fn run_seed(seed: u64, strategy: &str, shape: Shape) -> Result<(), String> {
             json!({"uri": format!("sqlite:///{}", wh.join("catalog.db").display()),
                    "warehouse": format!("file://{}", wh.display()), "table": "o.t"}),
         );
-        let got = rows_of(py["rows"].as_array().unwrap().clone());
+        let got = support::id_values(py["rows"].as_array().unwrap().clone());
         if got != want {
             return Err(format!(
                 "seed {seed}, {strategy} (pyiceberg): {}",

@@ -22,6 +22,21 @@ pub fn ids_read_back(table: &str) -> Vec<i64> {
     ids
 }
 
+/// Rows of `id` (long) and `v` (string), sorted, as a reader answered them.
+pub fn id_values(rows: impl IntoIterator<Item = Value>) -> Vec<(i64, String)> {
+    let mut pairs: Vec<(i64, String)> = rows
+        .into_iter()
+        .map(|r| {
+            (
+                r["id"].as_i64().unwrap(),
+                r["v"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    pairs.sort();
+    pairs
+}
+
 /// Inserts of `texts` into the config's table, one message each.
 pub fn messages(texts: &[String]) -> Vec<floe::writer::Message<'_>> {
     texts

@@ -53,16 +53,12 @@ pub(super) async fn encode_loop(
             },
         };
         commits_done.borrow_and_update();
-        let plan = match first.submission.together {
-            Some(_) => pace.locked().unheld_plan(),
-            None => pace.locked().plan(),
-        };
+        // A transaction across tables is not held: its other tables' parts wait for it.
+        let may_hold = first.submission.together.is_none();
+        let plan = pace.locked().plan(may_hold);
         let gathering = match plan {
             Plan::Now => None,
-            Plan::GatherUntil(until) => {
-                let encode = pace.locked().encode;
-                Some(Gathering::held_until(options.callers, until, encode))
-            }
+            Plan::GatherUntil(until) => Some(Gathering::held_until(options.callers, until)),
             Plan::Overlap(wait) => {
                 tokio::time::sleep(wait).await;
                 None
@@ -72,10 +68,8 @@ pub(super) async fn encode_loop(
                 // that came between the check and here is not missed.
                 let _ = commits_done.changed().await;
                 let pace = pace.locked();
-                Some(match pace.holding() {
-                    Some(until) if first.submission.together.is_none() => {
-                        Gathering::held_until(options.callers, until, pace.encode)
-                    }
+                Some(match pace.gather_until() {
+                    Some(until) if may_hold => Gathering::held_until(options.callers, until),
                     _ => Gathering::new(options.callers, pace.commit, Instant::now()),
                 })
             }

@@ -281,7 +281,6 @@ impl TableCommitter {
                 behind: false,
                 contention: Default::default(),
                 held: Duration::ZERO,
-                next_hold: None,
             }
             .run(encoded_rx),
         );

@@ -78,14 +78,12 @@ impl Gathering {
         }
     }
 
-    /// Gathers for a commit held until `until`, or until every caller is in. It ends
-    /// one encoding (`encode`, the recent average) early, so that the group reaches the
-    /// stage while the stage still holds: a group that came later would be committed
-    /// after the next hold, and the one gathered meanwhile after the hold after that.
-    pub(super) fn held_until(callers: Option<usize>, until: Instant, encode: Duration) -> Self {
+    /// Gathers for a held commit until `until` (see [`Pace::gather_until`]), or until
+    /// every caller is in.
+    pub(super) fn held_until(callers: Option<usize>, until: Instant) -> Self {
         Gathering {
             callers,
-            until: until.checked_sub(encode).unwrap_or(until),
+            until,
             held: true,
         }
     }
@@ -106,7 +104,7 @@ impl Gathering {
 
 pub(super) enum Plan {
     Now,
-    /// Gather until the held commit may start (see [`Pace::hold_until`]).
+    /// Gather until then for the held commit (see [`Pace::gather_until`]).
     GatherUntil(Instant),
     /// Overlap: sleep this long, then collect.
     Overlap(Duration),
@@ -129,12 +127,13 @@ impl Pace {
         };
     }
 
-    /// When the encoder collects its next group. While pacing holds the next commit and
-    /// none is in flight, it gathers until the hold ends: the group then carries what
-    /// the commit would have carried anyway, as one group.
-    pub(super) fn plan(&self) -> Plan {
-        match self.holding() {
-            Some(until) if self.commit_started.is_none() => Plan::GatherUntil(until),
+    /// When the encoder collects its next group, starting with rows pacing may hold
+    /// (`may_hold`; a transaction across tables is never held). While pacing holds the
+    /// next commit and none is in flight, it gathers until the hold ends: the group
+    /// then carries what the commit would have carried anyway, as one group.
+    pub(super) fn plan(&self, may_hold: bool) -> Plan {
+        match self.gather_until() {
+            Some(until) if may_hold && self.commit_started.is_none() => Plan::GatherUntil(until),
             _ => self.unheld_plan(),
         }
     }
@@ -144,8 +143,16 @@ impl Pace {
         self.hold_until.filter(|t| *t > Instant::now())
     }
 
-    /// [`Self::plan`] for rows pacing does not hold (a transaction across tables).
-    pub(super) fn unheld_plan(&self) -> Plan {
+    /// Until when the encoder gathers for a held commit: one encoding (the recent
+    /// average) before the hold ends, so that the group reaches the stage while it
+    /// still holds. A group that came later would be committed after the next hold,
+    /// and the one gathered meanwhile after the hold after that.
+    pub(super) fn gather_until(&self) -> Option<Instant> {
+        self.holding()
+            .map(|until| until.checked_sub(self.encode).unwrap_or(until))
+    }
+
+    fn unheld_plan(&self) -> Plan {
         let gathers = self.commit > self.encode + GATHER_MAX;
         let Some(started) = self.commit_started else {
             // The first caller back from a commit would otherwise be committed alone,
@@ -490,32 +497,32 @@ mod tests {
             encode: Duration::from_millis(5),
             hold_until: None,
         };
-        assert!(matches!(pace.plan(), Plan::Now), "nothing in flight");
+        assert!(matches!(pace.plan(true), Plan::Now), "nothing in flight");
         let just_now = Instant::now();
         pace.commit_ended = Some(just_now);
         pace.released = 1;
         assert!(
-            matches!(pace.plan(), Plan::Now),
+            matches!(pace.plan(true), Plan::Now),
             "the one caller a commit released has nobody to wait for"
         );
         pace.released = 3;
         assert!(
-            matches!(pace.plan(), Plan::GatherSince { ended, released: 3 } if ended == just_now),
+            matches!(pace.plan(true), Plan::GatherSince { ended, released: 3 } if ended == just_now),
             "callers released by a commit that just ended are on their way back"
         );
         if let Some(earlier) = just_now.checked_sub(Duration::from_millis(41)) {
             pace.commit_ended = Some(earlier);
             assert!(
-                matches!(pace.plan(), Plan::Now),
+                matches!(pace.plan(true), Plan::Now),
                 "a commit ago: nobody is coming"
             );
         }
         pace.commit_started = Some(Instant::now());
-        assert!(matches!(pace.plan(), Plan::Gather));
+        assert!(matches!(pace.plan(true), Plan::Gather));
         pace.encode = Duration::from_millis(60);
-        assert!(matches!(pace.plan(), Plan::Overlap(w) if w.is_zero()));
+        assert!(matches!(pace.plan(true), Plan::Overlap(w) if w.is_zero()));
         pace.encode = Duration::from_millis(38);
-        assert!(matches!(pace.plan(), Plan::Overlap(w) if w <= Duration::from_millis(2)));
+        assert!(matches!(pace.plan(true), Plan::Overlap(w) if w <= Duration::from_millis(2)));
     }
 
     #[test]
@@ -527,17 +534,19 @@ mod tests {
             hold_until: Some(until),
             ..Pace::default()
         };
-        assert!(matches!(pace.plan(), Plan::GatherUntil(t) if t == until));
+        // It gathers until one encoding before the hold ends.
+        let gathered = until - Duration::from_millis(5);
+        assert!(matches!(pace.plan(true), Plan::GatherUntil(t) if t == gathered));
         // Rows pacing does not hold (a transaction across tables) plan as before.
-        assert!(matches!(pace.unheld_plan(), Plan::Now));
+        assert!(matches!(pace.plan(false), Plan::Now));
         // A commit in flight: its callers are gathered once it ends (the encoder then
         // asks whether a hold followed it).
         pace.commit_started = Some(Instant::now());
-        assert!(matches!(pace.plan(), Plan::Gather));
+        assert!(matches!(pace.plan(true), Plan::Gather));
         pace.commit_started = None;
         // A hold that has ended holds nothing.
         pace.hold_until = Instant::now().checked_sub(Duration::from_millis(1));
-        assert!(matches!(pace.plan(), Plan::Now));
+        assert!(matches!(pace.plan(true), Plan::Now));
     }
 
     #[tokio::test]
@@ -558,7 +567,7 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         spaced(tx.clone());
         let t0 = Instant::now();
-        let g = Gathering::held_until(None, t0 + Duration::from_millis(200), Duration::ZERO);
+        let g = Gathering::held_until(None, t0 + Duration::from_millis(200));
         let group = collect(pending(1, 10), &mut rx, &mut None, (&opts, &open), Some(g)).await;
         assert_eq!(sizes(&group), vec![1, 2, 3, 4]);
         assert!(
@@ -571,7 +580,7 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         spaced(tx.clone());
         let t0 = Instant::now();
-        let g = Gathering::held_until(Some(3), t0 + Duration::from_secs(5), Duration::ZERO);
+        let g = Gathering::held_until(Some(3), t0 + Duration::from_secs(5));
         let group = collect(pending(1, 10), &mut rx, &mut None, (&opts, &open), Some(g)).await;
         assert_eq!(sizes(&group), vec![1, 2, 3]);
         assert!(
@@ -596,7 +605,7 @@ mod tests {
             let _ = late.send(together);
         });
         let t0 = Instant::now();
-        let g = Gathering::held_until(None, t0 + Duration::from_secs(5), Duration::ZERO);
+        let g = Gathering::held_until(None, t0 + Duration::from_secs(5));
         let opts = options(0, 100, 1_000);
         let group = collect(
             pending(1, 10),

@@ -100,8 +100,6 @@ pub(super) struct CommitStage {
     pub(super) contention: Contention,
     /// How long the next commit was held by that pacing (reported with it).
     pub(super) held: Duration,
-    /// Until when that pacing holds the next commit, drawn as the last one ended.
-    pub(super) next_hold: Option<Instant>,
 }
 
 /// The table a commit of the stage's own produced, applied locally (see
@@ -147,8 +145,9 @@ impl CommitStage {
             // Paced while other writers' commits keep refusing this one's (see
             // `contention`). A part of a transaction across tables is not held: the
             // other tables' parts wait for it.
+            let hold = self.pace.locked().holding();
             if !groups[0].commits_together()
-                && let Some(until) = self.next_hold.filter(|t| *t > Instant::now())
+                && let Some(until) = hold
             {
                 let holding = Instant::now();
                 self.hold(&mut encoded, &mut groups, until).await;
@@ -181,10 +180,10 @@ impl CommitStage {
             }
             // Drawn now, so that the encoder gathers what arrives until then into one
             // group (see `Pace::hold_until`).
-            self.next_hold = self.contention.hold_until(jitter());
+            let next_hold = self.contention.hold_until(jitter());
             {
                 let mut pace = self.pace.locked();
-                pace.hold_until = self.next_hold;
+                pace.hold_until = next_hold;
                 pace.commit_started = None;
                 pace.commit_ended = Some(Instant::now());
                 pace.released = released;
