@@ -306,9 +306,7 @@ impl Storage for FloeStorage {
                 let bytes = op.read(key).await.map_err(|e| bucket.failed(e))?;
                 Ok(bytes.to_bytes())
             }
-            Route::Other(other) if super::local::is_local(path) => {
-                Ok(super::local::exact(other.read(path).await?))
-            }
+            Route::Other(_) if super::local::is_local(path) => super::local::read(path).await,
             Route::Other(other) => other.read(path).await,
         }
     }
@@ -319,10 +317,7 @@ impl Storage for FloeStorage {
                 let reader = op.reader(key).await.map_err(|e| bucket.failed(e))?;
                 Ok(Box::new(S3Reader(reader, bucket)))
             }
-            Route::Other(other) if super::local::is_local(path) => {
-                let reader = other.reader(path).await?;
-                Ok(Box::new(super::local::ExactReader(reader)))
-            }
+            Route::Other(_) if super::local::is_local(path) => super::local::reader(path).await,
             Route::Other(other) => other.reader(path).await,
         }
     }
@@ -333,6 +328,7 @@ impl Storage for FloeStorage {
                 op.write(key, bs).await.map_err(|e| bucket.failed(e))?;
                 Ok(())
             }
+            Route::Other(_) if super::local::is_local(path) => super::local::write(path, bs).await,
             Route::Other(other) => other.write(path, bs).await,
         }
     }
@@ -365,7 +361,7 @@ impl Storage for FloeStorage {
     }
 
     /// An S3 path is only checked here: the file's reads route it again. So are local
-    /// paths, whose reads are copied to their own length (see [`super::local`]).
+    /// paths, read here (see [`super::local`]).
     fn new_input(&self, path: &str) -> Result<InputFile> {
         match s3_path(path) {
             Some(at) => at.map(|_| InputFile::new(Arc::new(self.clone()), path.to_string())),
@@ -376,10 +372,14 @@ impl Storage for FloeStorage {
         }
     }
 
-    /// An S3 path is only checked here: the file's writes route it again.
+    /// An S3 path is only checked here: the file's writes route it again. So are local
+    /// paths, whose whole-file writes are made here (see [`super::local`]).
     fn new_output(&self, path: &str) -> Result<OutputFile> {
         match s3_path(path) {
             Some(at) => at.map(|_| OutputFile::new(Arc::new(self.clone()), path.to_string())),
+            None if super::local::is_local(path) => {
+                Ok(OutputFile::new(Arc::new(self.clone()), path.to_string()))
+            }
             None => self.others()?.new_output(path),
         }
     }

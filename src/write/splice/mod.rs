@@ -37,6 +37,7 @@ use parquet::file::metadata::{
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use parquet::file::page_index::offset_index::{OffsetIndexMetaData, PageLocation};
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
+use parquet::file::reader::Length;
 use parquet::file::statistics::{Statistics, ValueStatistics};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::{ColumnDescriptor, SchemaDescriptor};
@@ -45,8 +46,10 @@ use super::{FileSettings, created_by};
 use crate::error::{Error, Result};
 
 mod metrics;
+mod pieces;
 
 pub use metrics::{RemovedRows, spliced_data_file};
+use pieces::Pieces;
 
 /// A spliced file: its bytes and footer, the rows it kept, and what the removed rows
 /// held (for the Iceberg metrics, see [`spliced_data_file`]).
@@ -396,9 +399,11 @@ fn encode_regions(
         .with_properties(region_properties(file, metadata, settings))
         .with_parquet_schema(schema)
         .with_skip_arrow_metadata(true);
-    let mut writer =
-        ArrowWriter::try_new_with_options(Vec::new(), reader.schema().clone(), options)
-            .map_err(failed)?;
+    // Sized up front: grown by doubling, the buffer was copied again and again (a tenth
+    // of a 1 MiB splice's CPU). PLAIN pages can outgrow the dictionary-encoded ones.
+    let buffer = Vec::with_capacity(2 * region_bytes(metadata, plan) + 4096);
+    let mut writer = ArrowWriter::try_new_with_options(buffer, reader.schema().clone(), options)
+        .map_err(failed)?;
     let mut temp_groups = 0;
     let mut removed_rows = Vec::with_capacity(plan.len());
     for (row_group, regions) in plan.iter_mut() {
@@ -454,6 +459,27 @@ fn encode_regions(
     let removed = RemovedRows::of(metadata, reader.schema(), removed_rows)?;
     // `finish` wrote the footer and flushed; `into_inner` would write another.
     Ok((std::mem::take(writer.inner_mut()), temp_metadata, removed))
+}
+
+/// The bytes of the pages the regions re-encode (those keeping a row), in every column.
+fn region_bytes(metadata: &ParquetMetaData, plan: &Plan) -> usize {
+    let Some(offsets) = metadata.offset_index() else {
+        return 0;
+    };
+    let mut bytes = 0i64;
+    for (index, regions) in plan {
+        for column in &offsets[*index] {
+            bytes += column
+                .page_locations
+                .iter()
+                .filter(|p| {
+                    region_of(regions, p.first_row_index as u64).is_some_and(|r| r.kept() > 0)
+                })
+                .map(|p| p.compressed_page_size as i64)
+                .sum::<i64>();
+        }
+    }
+    usize::try_from(bytes).unwrap_or(0)
 }
 
 /// The regions' writer: the data files' settings, without dictionaries (a region's pages
@@ -580,8 +606,9 @@ fn regions_cover(regions: &[Region], row_group: &RowGroupMetaData) -> bool {
     covered == row_group.num_rows() as u64
 }
 
-/// A column chunk to append: its bytes (from offset 0) and what closing it produced.
-type Chunk = (Bytes, ColumnCloseResult);
+/// A column chunk to append: its bytes (from the offsets its metadata names) and what
+/// closing it produced.
+type Chunk = (Pieces, ColumnCloseResult);
 
 /// An untouched row group's chunks, as they are, with their page indexes.
 fn copied_chunks(parts: &Parts<'_>, index: usize) -> Vec<Chunk> {
@@ -603,7 +630,7 @@ fn copied_chunks(parts: &Parts<'_>, index: usize) -> Vec<Chunk> {
                     .filter(|i| !matches!(i, ColumnIndexMetaData::NONE)),
                 offset_index: Some(offsets[c].clone()),
             };
-            (parts.file.clone(), close)
+            (Pieces::whole(parts.file.clone()), close)
         })
         .collect()
 }
@@ -642,23 +669,7 @@ fn spliced_chunk(
     let survives = pages
         .iter()
         .any(|p| region_of(regions, p.first_row_index as u64).is_none());
-    // Sized once: the kept pages are at most the chunk, the re-encoded ones come on top
-    // (growing a megabyte buffer by doubling copied it again and again).
-    let reencoded: i64 = regions
-        .iter()
-        .filter_map(|r| r.temp)
-        .map(|t| {
-            parts
-                .temp_metadata
-                .row_group(t)
-                .column(column)
-                .compressed_size()
-        })
-        .sum();
-    let mut out = ChunkBuilder {
-        bytes: Vec::with_capacity((chunk.compressed_size() + reencoded).max(0) as usize),
-        ..ChunkBuilder::default()
-    };
+    let mut out = ChunkBuilder::default();
     let Some(first_page) = pages.first() else {
         return Ok(None);
     };
@@ -758,7 +769,7 @@ fn slice(bytes: &Bytes, offset: i64, len: i64) -> Option<Bytes> {
 /// A chunk being assembled: its pages' bytes, locations and sizes.
 #[derive(Default)]
 struct ChunkBuilder {
-    bytes: Vec<u8>,
+    bytes: Pieces,
     locations: Vec<PageLocation>,
     rows: u64,
     uncompressed: i64,
@@ -780,7 +791,7 @@ impl ChunkBuilder {
         match rows {
             Some(rows) => {
                 self.locations.push(PageLocation {
-                    offset: self.bytes.len() as i64,
+                    offset: Length::len(&self.bytes) as i64,
                     compressed_page_size: page.len() as i32,
                     first_row_index: self.rows as i64,
                 });
@@ -788,7 +799,7 @@ impl ChunkBuilder {
             }
             None => self.dictionary = true,
         }
-        self.bytes.extend_from_slice(&page);
+        self.bytes.push(page);
         Ok(true)
     }
 
@@ -804,7 +815,7 @@ impl ChunkBuilder {
         let mut builder = ColumnChunkMetaData::builder(original.column_descr_ptr())
             .set_compression(original.compression())
             .set_encodings_mask(encodings)
-            .set_total_compressed_size(self.bytes.len() as i64)
+            .set_total_compressed_size(Length::len(&self.bytes) as i64)
             .set_total_uncompressed_size(self.uncompressed)
             .set_num_values(self.rows as i64)
             .set_data_page_offset(first_data)
@@ -817,7 +828,7 @@ impl ChunkBuilder {
             .build()
             .map_err(|e| Error::internal(format!("spliced chunk metadata: {e}")))?;
         let close = ColumnCloseResult {
-            bytes_written: self.bytes.len() as u64,
+            bytes_written: Length::len(&self.bytes),
             rows_written: self.rows,
             metadata,
             bloom_filter: None,
@@ -827,7 +838,7 @@ impl ChunkBuilder {
                 unencoded_byte_array_data_bytes: None,
             }),
         };
-        Ok((Bytes::from(self.bytes), close))
+        Ok((self.bytes, close))
     }
 }
 
