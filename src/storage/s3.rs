@@ -339,6 +339,7 @@ impl Storage for FloeStorage {
                 let writer = op.writer(key).await.map_err(|e| bucket.failed(e))?;
                 Ok(Box::new(S3Writer(writer, bucket)))
             }
+            Route::Other(_) if super::local::is_local(path) => Ok(super::local::writer(path)),
             Route::Other(other) => other.writer(path).await,
         }
     }
@@ -373,7 +374,7 @@ impl Storage for FloeStorage {
     }
 
     /// An S3 path is only checked here: the file's writes route it again. So are local
-    /// paths, whose whole-file writes are made here (see [`super::local`]).
+    /// paths, written here (see [`super::local`]).
     fn new_output(&self, path: &str) -> Result<OutputFile> {
         match s3_path(path) {
             Some(at) => at.map(|_| OutputFile::new(Arc::new(self.clone()), path.to_string())),
