@@ -129,9 +129,10 @@ bench-many-tables: bin bench-py-deps
 bench-components:
 	$(CARGO) bench --bench components -- $(ARGS)
 
-## run: build everything, write 1,000,000 events into ./warehouse, read the count back.
+## run: build everything, write 1,000,000 events into quickstart.events in ./warehouse (the
+## table an earlier run wrote is dropped first; other tables there stay), read them back.
 run: bin py-deps
-	rm -rf ./warehouse
+	$(PYTHON) $(E2E)/show_quickstart.py --drop ./warehouse quickstart.events
 	./$(FLOE_BIN) run bench-configs/quickstart.yaml
 	$(PYTHON) $(E2E)/show_quickstart.py ./warehouse quickstart.events
 

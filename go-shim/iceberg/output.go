@@ -47,8 +47,8 @@ func ConfigSpec() *service.ConfigSpec {
 		Description("Each batch is shredded from JSON to Arrow, written as Parquet and committed per table; concurrent batches share snapshots (group commit). Without `catalog.url`, an embedded SQLite catalog in `./warehouse` is used.").
 		Fields(
 			service.NewObjectField(fCatalog,
-				service.NewStringField("url").Optional().Description("REST catalog URL (http/https), or `sqlite:<path>` for the embedded catalog. Unset or empty: embedded catalog in the warehouse folder."),
-				service.NewStringField("warehouse").Optional().Description("REST: warehouse name. Embedded: folder or s3:// URL holding the tables (default `./warehouse`)."),
+				service.NewStringField("url").Optional().Description("REST catalog URL (http/https), or `sqlite:<path>` for the embedded catalog (or SQLAlchemy's form: `sqlite:////abs/path`, `sqlite:///rel/path`). Unset or empty: embedded catalog in the warehouse folder."),
+				service.NewStringField("warehouse").Optional().Description("REST: warehouse name. Embedded: folder or s3:// URL holding the tables (default `./warehouse`; an s3:// URL needs `url: sqlite:<path>` for the catalog's database)."),
 				service.NewStringField("name").Optional().Description("Embedded catalog only: the catalog name its SQLite tables record (default `floe`), as a JDBC catalog's name; readers opening the database use it."),
 				service.NewObjectField("auth",
 					service.NewObjectField("oauth2",

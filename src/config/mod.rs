@@ -84,9 +84,17 @@ impl Config {
 
     pub fn catalog_kind(&self) -> Result<CatalogKind> {
         match self.catalog.url.as_deref() {
-            None => Ok(CatalogKind::Embedded {
-                database: PathBuf::from(self.warehouse_or_default()).join("catalog.db"),
-            }),
+            None => match self.remote_warehouse_without_database() {
+                Some(warehouse) => Err(Error::config(format!(
+                    "catalog.warehouse {:?} is not a local folder, and the embedded catalog \
+                     (catalog.url unset) keeps its database in <warehouse>/catalog.db: give \
+                     the database's local path as catalog.url: sqlite:<path>",
+                    redact_user_info(warehouse)
+                ))),
+                None => Ok(CatalogKind::Embedded {
+                    database: local_folder(self.warehouse_or_default()).join("catalog.db"),
+                }),
+            },
             Some(url)
                 if (url.starts_with("http://") || url.starts_with("https://"))
                     && url.contains(['?', '#']) =>
@@ -102,15 +110,9 @@ impl Config {
                     url: url.trim_end_matches('/').to_string(),
                 })
             }
-            Some(url) if url.starts_with("sqlite:") => {
-                let path = url.trim_start_matches("sqlite:").trim_start_matches("//");
-                if path.is_empty() {
-                    return Err(Error::config("catalog.url sqlite: needs a database path"));
-                }
-                Ok(CatalogKind::Embedded {
-                    database: PathBuf::from(path),
-                })
-            }
+            Some(url) if url.starts_with("sqlite:") => Ok(CatalogKind::Embedded {
+                database: sqlite_path(url)?,
+            }),
             Some(url) => Err(Error::config(format!(
                 "catalog.url {:?} must start with http://, https:// (REST) or sqlite: (embedded)",
                 redact_user_info(url)
@@ -118,10 +120,49 @@ impl Config {
         }
     }
 
+    /// The embedded catalog's database when its warehouse is not a local folder: its
+    /// default place (`<warehouse>/catalog.db`) would be a local folder named after the
+    /// URL (`./s3:/…`), so such a warehouse needs `catalog.url: sqlite:<path>`.
+    pub(crate) fn remote_warehouse_without_database(&self) -> Option<&str> {
+        let warehouse = self.catalog.warehouse.as_deref()?;
+        let remote = warehouse.contains("://") && !warehouse.starts_with("file:");
+        (remote && self.catalog.url.as_deref().is_none_or(str::is_empty)).then_some(warehouse)
+    }
+
     pub fn warehouse_or_default(&self) -> &str {
         self.catalog
             .warehouse
             .as_deref()
             .unwrap_or(Self::DEFAULT_WAREHOUSE)
+    }
+}
+
+/// The database path of a `sqlite:` catalog URL. `sqlite:<path>` names it as it is
+/// (`sqlite:/abs/catalog.db`, `sqlite:./catalog.db`); the URL form reads as SQLAlchemy
+/// (and so pyiceberg) reads it, so one string serves both: `sqlite:///rel/catalog.db`
+/// is relative, `sqlite:////abs/catalog.db` absolute, and a host is refused.
+fn sqlite_path(url: &str) -> Result<PathBuf> {
+    let rest = url.strip_prefix("sqlite:").unwrap_or(url);
+    let path = match rest.strip_prefix("//") {
+        None => rest,
+        Some(after) => after.strip_prefix('/').ok_or_else(|| {
+            Error::config(format!(
+                "catalog.url {url:?} names a host: write sqlite:<path>, or sqlite:///<relative \
+                 path> or sqlite:////<absolute path> as SQLAlchemy and pyiceberg read them"
+            ))
+        })?,
+    };
+    if path.is_empty() {
+        return Err(Error::config("catalog.url sqlite: needs a database path"));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// The local folder a warehouse names, written as a path or a `file:` URL (`file:/a`,
+/// `file://a` and `file:///a` all name `/a`, as the storage reads them).
+fn local_folder(warehouse: &str) -> PathBuf {
+    match warehouse.strip_prefix("file:") {
+        Some(rest) => PathBuf::from(format!("/{}", rest.trim_start_matches('/'))),
+        None => PathBuf::from(warehouse),
     }
 }

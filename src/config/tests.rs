@@ -21,11 +21,54 @@ fn rest_and_sqlite_urls() {
             url: "http://127.0.0.1:8181".into()
         }
     );
-    let c = Config::from_json(r#"{"catalog": {"url": "sqlite:///tmp/c.db"}}"#).unwrap();
+    // `sqlite:<path>` as it is; the URL form as SQLAlchemy (and pyiceberg) reads it.
+    for (url, path) in [
+        ("sqlite:/tmp/c.db", "/tmp/c.db"),
+        ("sqlite:./c.db", "./c.db"),
+        ("sqlite:c.db", "c.db"),
+        ("sqlite:////tmp/c.db", "/tmp/c.db"),
+        ("sqlite:///tmp/c.db", "tmp/c.db"),
+    ] {
+        let c = Config::from_json(&format!(r#"{{"catalog": {{"url": "{url}"}}}}"#)).unwrap();
+        assert_eq!(
+            c.catalog_kind().unwrap(),
+            CatalogKind::Embedded {
+                database: PathBuf::from(path)
+            },
+            "{url}"
+        );
+    }
+    for url in ["sqlite://host/c.db", "sqlite:", "sqlite:///"] {
+        let problems = Config::problems(&format!(r#"{{"catalog": {{"url": "{url}"}}}}"#));
+        assert_eq!(problems.len(), 1, "{url}: {problems:?}");
+    }
+}
+
+#[test]
+fn an_embedded_catalog_over_a_bucket_needs_a_local_database() {
+    let problems = Config::problems(r#"{"catalog": {"warehouse": "s3://lake/wh"}}"#);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains("catalog.url: sqlite:<path>"),
+        "{problems:?}"
+    );
+    for ok in [
+        r#"{"catalog": {"warehouse": "s3://lake/wh", "url": "sqlite:/tmp/c.db"}}"#,
+        r#"{"catalog": {"warehouse": "/tmp/wh"}}"#,
+        r#"{"catalog": {"warehouse": "./wh"}}"#,
+        r#"{"catalog": {"warehouse": "file:///tmp/wh"}}"#,
+    ] {
+        assert!(
+            Config::problems(ok).is_empty(),
+            "{ok}: {:?}",
+            Config::problems(ok)
+        );
+    }
+    let c = Config::from_json(r#"{"catalog": {"warehouse": "file:///tmp/wh"}}"#).unwrap();
     assert_eq!(
         c.catalog_kind().unwrap(),
         CatalogKind::Embedded {
-            database: PathBuf::from("/tmp/c.db")
+            database: PathBuf::from("/tmp/wh/catalog.db")
         }
     );
 }
