@@ -50,12 +50,18 @@ fn parse_term(term: &str) -> Result<(Transform, String, Option<String>)> {
         ("day" | "days", [_]) => Transform::Day,
         ("hour" | "hours", [_]) => Transform::Hour,
         ("void", [_]) => Transform::Void,
-        ("bucket", [n, _]) => {
-            Transform::Bucket(n.parse().map_err(|_| bad("bucket count is not a number"))?)
-        }
+        // At least 1: a count or width of 0 would divide by zero at the first write.
+        ("bucket", [n, _]) => Transform::Bucket(
+            n.parse()
+                .ok()
+                .filter(|n: &u32| (1..=i32::MAX as u32).contains(n))
+                .ok_or_else(|| bad("bucket count is not a whole number from 1"))?,
+        ),
         ("truncate", [w, _]) => Transform::Truncate(
             w.parse()
-                .map_err(|_| bad("truncate width is not a number"))?,
+                .ok()
+                .filter(|w: &u32| (1..=i32::MAX as u32).contains(w))
+                .ok_or_else(|| bad("truncate width is not a whole number from 1"))?,
         ),
         _ => return Err(bad("unknown transform or wrong number of arguments")),
     };
@@ -206,6 +212,15 @@ mod tests {
             .to_string();
         assert!(e.contains("\"id\" is a long") && e.contains("day"), "{e}");
         assert!(parse_spec("(bucket(4, id), day(ts))", &schema(), true).is_ok());
+    }
+
+    #[test]
+    fn a_bucket_count_or_truncate_width_of_zero_is_refused() {
+        for spec in ["(bucket(0, id))", "(truncate(0, name))", "(bucket(-1, id))"] {
+            let e = parse_spec(spec, &schema(), true).unwrap_err().to_string();
+            assert!(e.contains("from 1"), "{spec}: {e}");
+        }
+        assert!(parse_spec("(bucket(1, id), truncate(1, name))", &schema(), true).is_ok());
     }
 
     fn schema() -> Schema {

@@ -34,6 +34,28 @@ pub fn config_from_json(text: &str) -> Result<Config> {
 /// The problems only the catalog and storage code can see.
 fn layer_problems(config: &Config) -> Vec<String> {
     let mut problems = Vec::new();
+    // The key of a table floe would create from a static schema, checked as the table's
+    // creation checks it (top-level, primitive, not floating point), not at the first
+    // write (where a refused batch is retried).
+    let static_schema = config
+        .schema_evolution
+        .schema
+        .clone()
+        .and_then(|json| serde_json::from_value::<iceberg::spec::Schema>(json).ok());
+    if let Some(schema) = static_schema.filter(|_| !config.identifier_fields.is_empty()) {
+        let keys = crate::rowops::keys::with_identifier_fields(
+            schema,
+            &config.identifier_fields,
+            config.case_sensitive_columns,
+        );
+        if let Err(e) = keys {
+            let line = e.message();
+            problems.push(match line.starts_with("identifier_fields") {
+                true => line.to_string(),
+                false => format!("identifier_fields: {line}"),
+            });
+        }
+    }
     let mut push = |r: Result<()>, field: &str| {
         if let Err(e) = r {
             problems.push(format!("{field}{}", e.message()));
@@ -124,6 +146,34 @@ mod tests {
             r#""schema_evolution": {"format_version": 3, "#,
         );
         assert!(problems(&v3).is_empty(), "{:?}", problems(&v3));
+    }
+
+    #[test]
+    fn a_key_a_given_schema_cannot_hold_is_a_config_problem() {
+        let config = |keys: &str| {
+            format!(
+                r#"{{"identifier_fields": {keys}, "schema_evolution": {{"schema": {{"type": "struct",
+                    "schema-id": 0, "fields": [
+                    {{"id": 1, "name": "id", "required": false, "type": "long"}},
+                    {{"id": 2, "name": "price", "required": false, "type": "double"}},
+                    {{"id": 3, "name": "user", "required": false, "type": {{"type": "struct",
+                      "fields": [{{"id": 4, "name": "id", "required": false, "type": "long"}}]}}}}]}}}}}}"#
+            )
+        };
+        for keys in [
+            r#"["price"]"#,
+            r#"["user.id"]"#,
+            r#"["user"]"#,
+            r#"["missing"]"#,
+        ] {
+            let problems = problems(&config(keys));
+            assert_eq!(problems.len(), 1, "{keys}: {problems:?}");
+            assert!(
+                problems[0].starts_with("identifier_fields"),
+                "{keys}: {problems:?}"
+            );
+        }
+        assert!(problems(&config(r#"["id"]"#)).is_empty());
     }
 
     #[test]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/floe-dev/floe/go-shim/floe"
 	"github.com/redpanda-data/benthos/v4/public/bloblang"
@@ -155,6 +156,7 @@ func checkSection(section map[string]any, maxInFlight int) ([]byte, []specProble
 	// The section as written: a namespace refused for its type is not also "empty".
 	problems = append(problems, namingProblems(section)...)
 	problems = append(problems, inFlightBytesProblems(section, refused)...)
+	problems = append(problems, hostFieldProblems(section, refused)...)
 	for _, line := range floe.CheckConfig(cfg) {
 		problems = append(problems, libfloeProblem(line))
 	}
@@ -175,6 +177,38 @@ func namingProblems(section map[string]any) []specProblem {
 		if is, err := service.NewInterpolatedString(text); err == nil {
 			if value, static := is.Static(); static && strings.TrimSpace(value) == "" {
 				problems = append(problems, specProblem{path: []string{key}, text: fmt.Sprintf("%s is empty: give it (an unset environment variable leaves it empty) or interpolate it per message", key)})
+			}
+		}
+	}
+	return problems
+}
+
+// hostFieldProblems: the fields the host reads itself, not libfloe, checked as start-up
+// reads them, so that lint refuses what start-up refuses: max_in_flight of at least 1,
+// progress_interval and batching.period as Go durations (`5` has no unit), and a static
+// row_operation that is one of the operations.
+func hostFieldProblems(section map[string]any, refused []specProblem) []specProblem {
+	var problems []specProblem
+	isRefused := func(path ...string) bool {
+		return slices.ContainsFunc(refused, func(p specProblem) bool { return slices.Equal(p.path, path) })
+	}
+	if n, ok := section["max_in_flight"].(int); ok && n < 1 && !isRefused("max_in_flight") {
+		problems = append(problems, specProblem{path: []string{"max_in_flight"}, text: fmt.Sprintf("max_in_flight is %d: give at least 1", n)})
+	}
+	for _, path := range [][]string{{"progress_interval"}, {"batching", "period"}} {
+		v, ok := valueAt(section, path)
+		text, isText := v.(string)
+		if !ok || !isText || strings.TrimSpace(text) == "" || isRefused(path...) {
+			continue
+		}
+		if _, err := time.ParseDuration(text); err != nil {
+			problems = append(problems, specProblem{path: path, text: fmt.Sprintf("%s: %q is not a duration (a number with a unit: 500ms, 5s, 1m)", strings.Join(path, "."), text)})
+		}
+	}
+	if text, ok := section[fRowOperation].(string); ok && !isRefused(fRowOperation) {
+		if is, err := service.NewInterpolatedString(text); err == nil {
+			if value, static := is.Static(); static && !slices.Contains([]string{"insert", "upsert", "delete"}, value) {
+				problems = append(problems, specProblem{path: []string{fRowOperation}, text: fmt.Sprintf("row_operation %q is not one of insert, upsert or delete (or an interpolation that gives one per message)", value)})
 			}
 		}
 	}

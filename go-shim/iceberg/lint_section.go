@@ -49,7 +49,8 @@ func SectionProblems(section *yaml.Node) []Problem {
 	}
 	fields, ok := value.(map[string]any)
 	if !ok {
-		return []Problem{{Text: fmt.Sprintf("the iceberg output's config must be an object, got %s", given(value, false))}}
+		// Never quoted: the text may hold a catalog's URL with its password.
+		return []Problem{{Text: fmt.Sprintf("the iceberg output's config must be an object, got %s", given(value, true))}}
 	}
 	_, problems := checkSection(fields, 0)
 	out := make([]Problem, len(problems))
@@ -103,13 +104,20 @@ func mapValue(n *yaml.Node, value func(key string, v *yaml.Node) any) any {
 	return out
 }
 
-// scalarValue: a scalar given to a text field is its text; anything else is decoded.
+// scalarValue: a scalar given to a text field is its text; one of YAML 1.1's words for
+// a boolean (`on`, `yes`, …) given to a boolean field is that boolean, as Benthos reads
+// it at start-up; anything else is decoded.
 func scalarValue(n *yaml.Node, f *specField) any {
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
 	}
 	if n.Kind == yaml.ScalarNode && f.typ == "string" && n.ShortTag() != "!!null" {
 		return n.Value
+	}
+	if n.Kind == yaml.ScalarNode && f.typ == "bool" && n.ShortTag() == "!!str" {
+		if b, ok := yamlBool(n.Value); ok {
+			return b
+		}
 	}
 	return decoded(n)
 }

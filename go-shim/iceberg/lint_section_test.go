@@ -117,3 +117,51 @@ commit: {exactly_once: {writer_id: *p, source: s, offset: o}}
 		t.Fatalf("a decoded section's number for a text field: %q", got)
 	}
 }
+
+// What start-up refuses, lint refuses (the fields the host reads itself), and what
+// start-up takes, lint takes (YAML 1.1's words for booleans), naming the field.
+func TestLintAgreesWithStartUp(t *testing.T) {
+	for yamlText, want := range map[string]string{
+		"max_in_flight: 0\n":          "max_in_flight is 0: give at least 1",
+		"max_in_flight: -3\n":         "max_in_flight is -3: give at least 1",
+		"progress_interval: 5\n":      `progress_interval: "5" is not a duration`,
+		"batching: {period: '1 s'}\n": `batching.period: "1 s" is not a duration`,
+		"row_operation: update\n":     `row_operation "update" is not one of insert, upsert or delete`,
+		"schema_evolution: {enabled: on}\nparquet: {compression_level: 99}\n": "parquet.compression_level",
+	} {
+		problems := SectionProblems(yamlNode(t, "namespace: a\ntable: t\n"+yamlText))
+		if len(problems) != 1 || !strings.Contains(problems[0].Text, want) {
+			t.Errorf("%q: %+v, want one problem saying %q", yamlText, problems, want)
+		}
+	}
+	for _, fine := range []string{"max_in_flight: 1\n", "progress_interval: 30s\n", "batching: {period: 500ms}\n",
+		"row_operation: upsert\nidentifier_fields: [id]\n", "row_operation: '${! meta(\"op\") }'\nidentifier_fields: [id]\n", "schema_evolution: {enabled: yes}\n"} {
+		if problems := SectionProblems(yamlNode(t, "namespace: a\ntable: t\n"+fine)); len(problems) != 0 {
+			t.Errorf("%q: %+v, want none", fine, problems)
+		}
+	}
+}
+
+// A value given where a section holding secrets belongs may be the secret itself: no
+// line quotes it.
+func TestLintNeverQuotesWhatStandsForASecretSection(t *testing.T) {
+	for _, yamlText := range []string{
+		"catalog: https://alice:hunter2@catalog.example.com/api\n",
+		"catalog: {url: 'http://127.0.0.1:1', auth: 'Bearer hunter2'}\n",
+		"catalog: {url: 'http://127.0.0.1:1', headers: 'Authorization: Bearer hunter2'}\n",
+		"storage: {aws_s3: {bucket: b, credentials: 'AKIA:hunter2'}}\n",
+	} {
+		problems := SectionProblems(yamlNode(t, "namespace: a\ntable: t\n"+yamlText))
+		if len(problems) == 0 {
+			t.Errorf("%q: no problem", yamlText)
+		}
+		for _, p := range problems {
+			if strings.Contains(p.Text, "hunter2") {
+				t.Errorf("%q: a line quotes the secret: %q", yamlText, p.Text)
+			}
+		}
+	}
+	if problems := SectionProblems(yamlNode(t, "https://alice:hunter2@x\n")); len(problems) != 1 || strings.Contains(problems[0].Text, "hunter2") {
+		t.Errorf("a section given as text: %+v", problems)
+	}
+}

@@ -307,6 +307,15 @@ func isWhole(v any) bool {
 // yamlBools are the words yaml.v3 decodes into a bool besides true and false.
 var yamlBools = []string{"y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "n", "N", "no", "No", "NO", "off", "Off", "OFF"}
 
+// yamlBool is the boolean one of yamlBools stands for.
+func yamlBool(text string) (bool, bool) {
+	i := slices.Index(yamlBools, text)
+	if i < 0 {
+		return false, false
+	}
+	return i < len(yamlBools)/2, true
+}
+
 func isBool(v any) bool {
 	switch t := v.(type) {
 	case bool:
@@ -379,9 +388,26 @@ func plural(f *specField) string {
 func wrongType(path []string, want string, v any, f *specField) specProblem {
 	return specProblem{
 		path:        path,
-		text:        fmt.Sprintf("%s: expected %s, got %s", strings.Join(path, "."), want, given(v, f.secret)),
+		text:        fmt.Sprintf("%s: expected %s, got %s", strings.Join(path, "."), want, given(v, f.secret || holdsSecrets(path))),
 		undecodable: true,
 	}
+}
+
+// holdsSecrets: a section that holds a secret field (catalog, catalog.auth, a storage's
+// credentials), or catalog.headers (whose values are tokens): a value given in its place
+// may be the secret itself (`catalog: https://user:password@…`, `auth: "Bearer …"`), so
+// a line never quotes it.
+func holdsSecrets(path []string) bool {
+	at := strings.Join(path, ".")
+	if at == "" || at == "catalog.headers" || strings.HasPrefix(at, "catalog.headers.") {
+		return true
+	}
+	for name, f := range specFields() {
+		if f.secret && strings.HasPrefix(name, at+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // maxShown bounds how much of a given text a line quotes.

@@ -265,7 +265,7 @@ func TestLintAndStartUpPrintLibfloesSameProblems(t *testing.T) {
 		"retries":    {"commit:\n  max_retries: -1\n", "commit.max_retries: invalid value: integer `-1`, expected u32"},
 		"snapshots":  {"commit:\n  max_snapshots: 0\n", "commit.max_snapshots must be greater than 0"},
 		"zstd":       {"parquet:\n  compression: zstd\n  compression_level: 40\n", "parquet.compression_level 40 is outside zstd's 1..=22"},
-		"spec":       {"schema_evolution:\n  partition_spec: (bucket(x, id))\n", `schema_evolution.partition_spec term "bucket(x, id)": bucket count is not a number`},
+		"spec":       {"schema_evolution:\n  partition_spec: (bucket(x, id))\n", `schema_evolution.partition_spec term "bucket(x, id)": bucket count is not a whole number from 1`},
 		"url":        {"catalog:\n  url: ftp://x\n", `catalog.url "ftp://x" must start with http://, https:// (REST) or sqlite: (embedded)`},
 		"metadata":   {"schema_evolution:\n  require_schema_metadata: true\n", "schema_evolution.require_schema_metadata needs schema_evolution.schema_metadata (the metadata key holding the types)"},
 		"bucket":     {"catalog:\n  warehouse: /tmp/wh\nstorage:\n  aws_s3:\n    bucket: lake\n", `catalog.warehouse: storage.aws_s3.bucket is "lake"`},

@@ -135,6 +135,35 @@ pub(super) fn sigv4_problems(sigv4: &SigV4Config) -> Vec<String> {
 
 impl Config {
     /// Values that parse but cannot work, each named by its field.
+    /// Paths floe would take differently from what the user meant: `~` is not expanded
+    /// (a folder named `~` would be made), and a `file:` warehouse needs an absolute path
+    /// (`file:wh` would split the catalog's folder from the tables').
+    fn path_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let warehouse = self.catalog.warehouse.as_deref().unwrap_or("");
+        let database = self
+            .catalog
+            .url
+            .as_deref()
+            .and_then(|u| u.strip_prefix("sqlite:"))
+            .unwrap_or("");
+        for (field, path) in [("catalog.warehouse", warehouse), ("catalog.url", database)] {
+            if path.trim_start_matches('/').starts_with('~') {
+                problems.push(format!(
+                    "{field}: floe does not expand ~ (it would make a folder named ~): give \
+                     the full path"
+                ));
+            }
+        }
+        if warehouse.starts_with("file:") && !warehouse.starts_with("file:/") {
+            problems.push(format!(
+                "catalog.warehouse {warehouse:?}: a file: URL takes an absolute path \
+                 (file:///abs/path); give a relative folder as a plain path"
+            ));
+        }
+        problems
+    }
+
     pub(super) fn invalid_values(&self) -> Vec<String> {
         let mut problems = Vec::new();
         // Headers the HTTP client cannot send fail every connect; named, never quoted.
@@ -177,8 +206,18 @@ impl Config {
                     "storage.{section}.endpoint must not hold a user name or password; \
                      give credentials in storage.{section}'s own fields"
                 ));
+            } else if let Some(e) = endpoint.filter(|e| !e.trim().is_empty())
+                && !(e.starts_with("http://") || e.starts_with("https://"))
+            {
+                // The storage client would take it as https://, failing a plain-http
+                // store only at the first write.
+                problems.push(format!(
+                    "storage.{section}.endpoint {:?} must start with http:// or https://",
+                    redact_user_info(e)
+                ));
             }
         }
+        problems.extend(self.path_problems());
         if let Err(e) = self.catalog_kind() {
             problems.push(e.message().to_string());
         }

@@ -147,8 +147,9 @@ fn sqlite_path(url: &str) -> Result<PathBuf> {
         None => rest,
         Some(after) => after.strip_prefix('/').ok_or_else(|| {
             Error::config(format!(
-                "catalog.url {url:?} names a host: write sqlite:<path>, or sqlite:///<relative \
-                 path> or sqlite:////<absolute path> as SQLAlchemy and pyiceberg read them"
+                "catalog.url {:?} names a host: write sqlite:<path>, or sqlite:///<relative \
+                 path> or sqlite:////<absolute path> as SQLAlchemy and pyiceberg read them",
+                redact_user_info(url)
             ))
         })?,
     };

@@ -45,6 +45,33 @@ fn rest_and_sqlite_urls() {
 }
 
 #[test]
+fn paths_floe_would_take_otherwise_are_refused() {
+    for (config, says) in [
+        (r#"{"catalog": {"warehouse": "~/wh"}}"#, "does not expand ~"),
+        (
+            r#"{"catalog": {"url": "sqlite:~/c.db"}}"#,
+            "does not expand ~",
+        ),
+        (r#"{"catalog": {"warehouse": "file:wh"}}"#, "absolute path"),
+        (
+            r#"{"storage": {"aws_s3": {"bucket": "b", "endpoint": "minio:9000"}}}"#,
+            "must start with http:// or https://",
+        ),
+    ] {
+        let problems = Config::problems(config);
+        assert!(
+            problems.iter().any(|p| p.contains(says)),
+            "{config}: {problems:?}"
+        );
+    }
+    let problems = Config::problems(r#"{"catalog": {"url": "sqlite://admin:s3cret@db/c.db"}}"#);
+    assert!(
+        !problems.is_empty() && !problems.iter().any(|p| p.contains("s3cret")),
+        "{problems:?}"
+    );
+}
+
+#[test]
 fn an_embedded_catalog_over_a_bucket_needs_a_local_database() {
     let problems = Config::problems(r#"{"catalog": {"warehouse": "s3://lake/wh"}}"#);
     assert_eq!(problems.len(), 1, "{problems:?}");
@@ -156,7 +183,7 @@ fn problems_name_their_fields_and_are_all_reported() {
             "commit.max_group_rows must be greater than 0",
             "schema_evolution.require_schema_metadata needs schema_evolution.schema_metadata \
              (the metadata key holding the types)",
-            "schema_evolution.partition_spec term \"bucket(x, id)\": bucket count is not a number",
+            "schema_evolution.partition_spec term \"bucket(x, id)\": bucket count is not a whole number from 1",
         ]
     );
     assert!(Config::problems(r#"{"storage": {"gcp_cloud_storage": null}}"#).is_empty());
