@@ -105,7 +105,7 @@ def output_for(case, tmp_path, fakes):
 
 
 # What each class's log line must name.
-CAUSE = {"warehouse": "cannot create catalog folder", "missing-table": "does not exist",
+CAUSE = {"warehouse": "cannot create the embedded catalog's folder", "missing-table": "does not exist",
          "catalog-401": "401", "catalog-403": "403",
          "bucket-missing": "failed (status: 404): NoSuchBucket: The specified bucket does not exist"}
 

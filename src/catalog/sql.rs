@@ -58,14 +58,16 @@ impl SqlCatalog {
         {
             std::fs::create_dir_all(dir).map_err(|e| {
                 Error::config(format!(
-                    "cannot create catalog folder {}: {e}",
+                    "cannot create the embedded catalog's folder {} (catalog.url, or \
+                     catalog.warehouse when catalog.url is unset): {e}",
                     dir.display()
                 ))
             })?;
         }
         let conn = Connection::open(database).map_err(|e| {
             Error::config(format!(
-                "cannot open embedded catalog {}: {e}",
+                "cannot open the embedded catalog {} (catalog.url, or catalog.warehouse when \
+                 catalog.url is unset): {e}",
                 database.display()
             ))
         })?;
