@@ -34,17 +34,21 @@ pub fn config_from_json(text: &str) -> Result<Config> {
 /// The problems only the catalog and storage code can see.
 fn layer_problems(config: &Config) -> Vec<String> {
     let mut problems = Vec::new();
-    // The key of a table floe would create from a static schema, checked as the table's
-    // creation checks it (top-level, primitive, not floating point), not at the first
-    // write (where a refused batch is retried).
+    // A schema the config gives (already reported if it is none).
     let static_schema = config
         .schema_evolution
         .schema
         .clone()
         .and_then(|json| serde_json::from_value::<iceberg::spec::Schema>(json).ok());
-    if let Some(schema) = static_schema.filter(|_| !config.identifier_fields.is_empty()) {
+    // The key of a table floe would create from it, checked as the table's creation
+    // checks it (top-level, primitive, not floating point), not at the first write
+    // (where a refused batch is retried).
+    if let Some(schema) = static_schema
+        .as_ref()
+        .filter(|_| !config.identifier_fields.is_empty())
+    {
         let keys = crate::rowops::keys::with_identifier_fields(
-            schema,
+            schema.clone(),
             &config.identifier_fields,
             config.case_sensitive_columns,
         );
@@ -81,13 +85,10 @@ fn layer_problems(config: &Config) -> Vec<String> {
             .and_then(|w| crate::storage::check_bucket(&config.storage, &w));
         push(warehouse, "catalog.warehouse: ");
     }
-    // A schema the config gives (already reported if it is none) with a column the
-    // tables floe creates cannot hold.
-    let schema = config.schema_evolution.schema.clone();
-    if let Some(name) = schema
-        .filter(|_| config.schema_evolution.format_version < 3)
-        .and_then(|json| serde_json::from_value::<iceberg::spec::Schema>(json).ok())
+    // A column of that schema the tables floe creates cannot hold.
+    if let Some(name) = static_schema
         .as_ref()
+        .filter(|_| config.schema_evolution.format_version < 3)
         .and_then(crate::shred::infer::nanosecond_field)
     {
         problems.push(format!(

@@ -304,16 +304,23 @@ func isWhole(v any) bool {
 	return false
 }
 
-// yamlBools are the words yaml.v3 decodes into a bool besides true and false.
-var yamlBools = []string{"y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "n", "N", "no", "No", "NO", "off", "Off", "OFF"}
+// yamlTrue and yamlFalse are the words yaml.v3 decodes into a bool besides true and
+// false (YAML 1.1's), yamlBools both.
+var (
+	yamlTrue  = []string{"y", "Y", "yes", "Yes", "YES", "on", "On", "ON"}
+	yamlFalse = []string{"n", "N", "no", "No", "NO", "off", "Off", "OFF"}
+	yamlBools = slices.Concat(yamlTrue, yamlFalse)
+)
 
 // yamlBool is the boolean one of yamlBools stands for.
 func yamlBool(text string) (bool, bool) {
-	i := slices.Index(yamlBools, text)
-	if i < 0 {
-		return false, false
+	switch {
+	case slices.Contains(yamlTrue, text):
+		return true, true
+	case slices.Contains(yamlFalse, text):
+		return false, true
 	}
-	return i < len(yamlBools)/2, true
+	return false, false
 }
 
 func isBool(v any) bool {

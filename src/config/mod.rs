@@ -159,9 +159,10 @@ fn sqlite_path(url: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(path))
 }
 
-/// The local folder a warehouse names, written as a path or a `file:` URL (`file:/a`,
-/// `file://a` and `file:///a` all name `/a`, as the storage reads them).
-fn local_folder(warehouse: &str) -> PathBuf {
+/// The local path a warehouse or file names, written as a path or a `file:` URL
+/// (`file:/a`, `file://a` and `file:///a` all name `/a`, as iceberg-storage-opendal
+/// resolves them); the storage's own local reads and writes resolve them so too.
+pub(crate) fn local_folder(warehouse: &str) -> PathBuf {
     match warehouse.strip_prefix("file:") {
         Some(rest) => PathBuf::from(format!("/{}", rest.trim_start_matches('/'))),
         None => PathBuf::from(warehouse),

@@ -27,11 +27,9 @@ pub(super) fn is_local(path: &str) -> bool {
     path.starts_with("file:/")
 }
 
-/// The filesystem path of a `file:/` path, as iceberg-storage-opendal resolves it (from
-/// the root, whether it is written `file:/a`, `file://a` or `file:///a`).
+/// The filesystem path of a `file:/` path (see [`crate::config::local_folder`]).
 fn os_path(path: &str) -> PathBuf {
-    let rest = path.strip_prefix("file:").unwrap_or(path);
-    PathBuf::from(format!("/{}", rest.trim_start_matches('/')))
+    crate::config::local_folder(path)
 }
 
 /// `e` as opendal's fs service reports it (kind, retryability, operation and path), so
@@ -73,16 +71,17 @@ pub(super) async fn write(path: &str, bytes: Bytes) -> Result<()> {
         let mut file = std::fs::File::create(&at)?;
         std::io::Write::write_all(&mut file, &bytes)?;
         file.sync_all()?;
-        // A new folder's entry lives in its parent: synced from the deepest up.
-        for folder in made.iter().rev() {
-            if let Some(parent) = folder.parent() {
-                std::fs::File::open(parent)?.sync_all()?;
+        // An entry lives in its folder: the file's and each new folder's, so every
+        // folder made and the one that held the outermost, from the deepest up.
+        if let Some(outermost) = made.first() {
+            for folder in made
+                .iter()
+                .rev()
+                .map(PathBuf::as_path)
+                .chain(outermost.parent())
+            {
+                std::fs::File::open(folder)?.sync_all()?;
             }
-        }
-        if !made.is_empty()
-            && let Some(parent) = at.parent()
-        {
-            std::fs::File::open(parent)?.sync_all()?;
         }
         Ok(())
     })
