@@ -151,6 +151,25 @@ fn storage_failure(e: &iceberg::Error) -> Option<(&opendal::Error, String)> {
 /// (`Unexpected (persistent) at write, context: { service: fs, path: …, written: … } =>
 /// …`), with the whole HTTP response's headers. The kind `PermissionDenied` and
 /// `status: 403` stay in the line: the check for refused credentials reads them.
+/// A value of opendal's context text (`a: x, b: y }` from `x`): it ends where the next
+/// `, key: ` begins, so a path holding ", " is kept whole.
+fn context_value(rest: &str) -> &str {
+    let mut from = 0;
+    while let Some(i) = rest[from..].find(", ") {
+        let at = from + i;
+        let next = &rest[at + 2..];
+        let key = next
+            .bytes()
+            .take_while(|b| b.is_ascii_lowercase() || *b == b'_')
+            .count();
+        if key > 0 && next[key..].starts_with(": ") {
+            return &rest[..at];
+        }
+        from = at + 2;
+    }
+    rest.trim_end_matches(" }")
+}
+
 pub(crate) fn describe_storage(e: &opendal::Error) -> String {
     let text = e.to_string();
     let message = e.message();
@@ -176,7 +195,7 @@ pub(crate) fn describe_storage(e: &opendal::Error) -> String {
         context
             .strip_prefix(&format!("{key}: "))
             .or_else(|| context.split_once(&format!(", {key}: ")).map(|(_, v)| v))
-            .map(|v| v.split(", ").next().unwrap_or(v).trim_end_matches(" }"))
+            .map(context_value)
             .filter(|v| !v.is_empty())
     };
     let target = match (field("uri"), field("path")) {
@@ -293,6 +312,22 @@ mod tests {
              no storage space: No space left on device (os error 28)"
         );
         assert_eq!(e.kind(), ErrorKind::Internal);
+    }
+
+    #[test]
+    fn a_path_holding_a_comma_is_named_whole() {
+        let storage = opendal::Error::new(opendal::ErrorKind::Unexpected, "no storage space")
+            .with_operation("write")
+            .with_context("service", "fs")
+            .with_context("path", "/data/a, b/wh/t/data/00000-a.parquet")
+            .set_source(std::io::Error::from_raw_os_error(28));
+        let e = Error::from(through_iceberg(storage));
+        assert!(
+            e.message()
+                .starts_with("storage write of /data/a, b/wh/t/data/00000-a.parquet failed"),
+            "{}",
+            e.message()
+        );
     }
 
     #[test]

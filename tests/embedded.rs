@@ -381,6 +381,123 @@ fn names_that_are_no_single_folder_fail_alone() {
     assert_eq!(outside, ["wh"], "only the warehouse folder");
 }
 
+/// Partition values that would name folders outside the table (`..`, `/`, a name too
+/// long for a folder) or cut a location short for readers that parse it as a URL (`#`,
+/// `?`) are escaped into one folder each: every file stays under the table's data
+/// folder, and DuckDB and pyiceberg read every row back with its value.
+#[test]
+fn partition_values_never_leave_the_tables_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let cfg = json!({
+        "table": "parted",
+        "schema_evolution": {"schema": null, "partition_spec": "(kind)"}
+    });
+    let writer = rt.block_on(Writer::open(config(dir.path(), cfg))).unwrap();
+    let long = "é".repeat(300);
+    let kinds = [
+        "../../../../escaped",
+        "a/b",
+        "..",
+        ".",
+        "50%",
+        "back\\slash",
+        "line\nbreak",
+        "C#",
+        "a?b",
+        "[x]*",
+        long.as_str(),
+        "plain",
+    ];
+    let payloads: Vec<String> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, k)| json!({"id": i, "kind": k}).to_string())
+        .collect();
+    let msgs: Vec<Message> = payloads
+        .iter()
+        .map(|m| Message::insert(m.as_bytes()))
+        .collect();
+    let out = rt.block_on(writer.write_batch(&msgs)).expect("write call");
+    assert!(
+        out.failures.iter().all(Option::is_none),
+        "{:?}",
+        out.failures
+    );
+    assert_eq!(out.rows_committed, kinds.len());
+    let outside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(outside, ["wh"], "only the warehouse folder");
+    let data = dir.path().join("wh/demo/events/parted/data");
+    let mut files = Vec::new();
+    for entry in walk(&dir.path().join("wh")) {
+        if entry.extension().is_some_and(|x| x == "parquet") {
+            assert!(
+                entry.starts_with(&data),
+                "{} is outside {}",
+                entry.display(),
+                data.display()
+            );
+            // One folder per partition value, right under the data folder.
+            assert_eq!(
+                entry.parent().unwrap().parent().unwrap(),
+                data,
+                "{}",
+                entry.display()
+            );
+            files.push(entry);
+        }
+    }
+    assert_eq!(files.len(), kinds.len());
+    let table = rt
+        .block_on(
+            writer
+                .catalog()
+                .load_table(&floe::catalog::table_ident("demo.events", "parted").unwrap()),
+        )
+        .unwrap()
+        .unwrap();
+    let duck = read_back(
+        "duckdb-file",
+        json!({
+            "metadata": table.metadata_location.unwrap(),
+            "sql": "SELECT id, kind FROM $T ORDER BY id"
+        }),
+    );
+    let rows: Vec<Value> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, k)| json!({"id": i, "kind": k}))
+        .collect();
+    assert_eq!(duck["rows"], Value::Array(rows.clone()));
+    let py = read_back(
+        "pyiceberg-sql",
+        pyiceberg_sql_args(&dir.path().join("wh"), "demo.events.parted"),
+    );
+    let mut read: Vec<Value> = py["rows"].as_array().unwrap().clone();
+    read.sort_by_key(|r| r["id"].as_u64());
+    assert_eq!(read, rows);
+}
+
+/// Every file under `root`.
+fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    files
+}
+
 /// Regression (reliability issue, item 6): a `source` that forgot the partition makes
 /// partition 1's offset 5 look like partition 0's offset 5, and the second message was
 /// dropped silently. A repeated position with a different payload fails that message.

@@ -27,9 +27,7 @@ use iceberg::spec::PartitionKey;
 use iceberg::spec::{
     DataFile, DataFileFormat, FormatVersion, ManifestContentType, ManifestFile, TableMetadata,
 };
-use iceberg::writer::file_writer::location_generator::{
-    DefaultLocationGenerator, LocationGenerator,
-};
+use iceberg::writer::file_writer::location_generator::LocationGenerator;
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use uuid::Uuid;
@@ -311,7 +309,7 @@ fn spliced_path(metadata: &TableMetadata, hit: &Hit) -> Result<String> {
         )
     });
     let name = format!("00000-{}-spliced.parquet", Uuid::new_v4());
-    let locations = DefaultLocationGenerator::new(metadata).map_err(Error::from)?;
+    let locations = crate::write::location::FileLocations::new(metadata);
     Ok(locations.generate_location(partition.as_ref(), &name))
 }
 

@@ -18,9 +18,7 @@ use iceberg::io::FileIO;
 use iceberg::spec::{
     DataContentType, DataFile, ManifestContentType, ManifestFile, PartitionKey, TableMetadata,
 };
-use iceberg::writer::file_writer::location_generator::{
-    DefaultLocationGenerator, LocationGenerator,
-};
+use iceberg::writer::file_writer::location_generator::LocationGenerator;
 use roaring::RoaringTreemap;
 use uuid::Uuid;
 
@@ -204,6 +202,6 @@ async fn live_deletes(
 /// hold vectors of several partitions, so in no partition's folder).
 fn puffin_path(metadata: &TableMetadata) -> Result<String> {
     let name = format!("00000-{}-deletes.puffin", Uuid::new_v4());
-    let locations = DefaultLocationGenerator::new(metadata).map_err(Error::from)?;
+    let locations = crate::write::location::FileLocations::new(metadata);
     Ok(locations.generate_location(None::<&PartitionKey>, &name))
 }

@@ -8,8 +8,8 @@
 //! writes its spliced copy: through opendal that was about 0.6 ms of CPU per 1 MiB file
 //! read (perf, 2026-12-07), for what one `read` into a buffer of the file's length does.
 //! Here a read fills a buffer of exactly its length, and a write is one `write` and an
-//! `fsync` (of the file, and of each folder it made: a commit may name the file next);
-//! a streamed write (a manifest list) is gathered and written so on close. Errors read
+//! `fsync` (of the file, its folder and each folder it made: a commit may name the file
+//! next); a streamed write (a Parquet file) goes to the file in pieces of a few MiB. Errors read
 //! as opendal's do. The rest (listing, deleting, `exists`) goes through
 //! iceberg-storage-opendal.
 
@@ -62,91 +62,165 @@ pub(super) async fn read(path: &str) -> Result<Bytes> {
         .map_err(|e| failed("read", path, e))
 }
 
-/// `bytes` as the whole file at `path`, on disk before this returns: the file and every
-/// folder made for it are synced (a commit may name the file next).
+/// `bytes` as the whole file at `path`, on disk before this returns: the file and its
+/// folder are synced, and each folder made for it (a commit may name the file next).
 pub(super) async fn write(path: &str, bytes: Bytes) -> Result<()> {
     let at = os_path(path);
     blocking(move || {
-        let made = folders_made_for(&at)?;
-        let mut file = std::fs::File::create(&at)?;
+        let mut file = create(&at)?;
         std::io::Write::write_all(&mut file, &bytes)?;
-        file.sync_all()?;
-        // An entry lives in its folder: the file's and each new folder's, so every
-        // folder made and the one that held the outermost, from the deepest up.
-        if let Some(outermost) = made.first() {
-            for folder in made
-                .iter()
-                .rev()
-                .map(PathBuf::as_path)
-                .chain(outermost.parent())
-            {
-                std::fs::File::open(folder)?.sync_all()?;
-            }
-        }
-        Ok(())
+        sync(&file, &at)
     })
     .await
     .map_err(|e| failed("write", path, e))
 }
 
-/// Makes the folders `file` needs; those it made, from the outermost in.
-fn folders_made_for(file: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut missing = Vec::new();
+/// A new file at `at`, with the folders it needs. Each folder made for it has its entry
+/// synced at once (deepest first, then the folder that holds the
+/// outermost): another writer may put a file in it and commit before this one closes.
+fn create(at: &Path) -> std::io::Result<std::fs::File> {
+    let made = folders_made_for(at)?;
+    let file = std::fs::File::create(at)?;
+    // A made folder's entry is in the folder above it.
+    for folder in at.ancestors().skip(2).take(made) {
+        sync_folder(folder)?;
+    }
+    Ok(file)
+}
+
+/// Syncs `file` (at `at`), then its folder, which holds its new entry: a synced file
+/// whose folder is not may be gone after a crash, with a catalog naming it. (The
+/// folders made for it were synced when they were made, see [`create`].)
+fn sync(file: &std::fs::File, at: &Path) -> std::io::Result<()> {
+    file.sync_all()?;
+    #[cfg(test)]
+    tests::synced(at);
+    match at.parent() {
+        Some(folder) => sync_folder(folder),
+        None => Ok(()),
+    }
+}
+
+fn sync_folder(folder: &Path) -> std::io::Result<()> {
+    if folder.as_os_str().is_empty() {
+        return Ok(());
+    }
+    std::fs::File::open(folder)?.sync_all()?;
+    #[cfg(test)]
+    tests::synced(folder);
+    Ok(())
+}
+
+/// Makes the folders `file` needs; how many it made (a folder another writer made
+/// meanwhile may count). A file where a folder should be is named as such (else the
+/// error would read "File exists", as if of `file`).
+fn folders_made_for(file: &Path) -> std::io::Result<usize> {
+    let mut missing = 0;
+    let mut innermost = None;
     let mut folder = file.parent();
     while let Some(f) = folder {
         if f.as_os_str().is_empty() || f.is_dir() {
             break;
         }
-        missing.push(f.to_path_buf());
+        innermost.get_or_insert(f);
+        missing += 1;
         folder = f.parent();
     }
-    missing.reverse();
-    if let Some(innermost) = missing.last() {
-        std::fs::create_dir_all(innermost)?;
+    if let Some(innermost) = innermost {
+        std::fs::create_dir_all(innermost).map_err(|e| {
+            match innermost.ancestors().find(|f| f.is_file()) {
+                Some(f) => std::io::Error::new(
+                    std::io::ErrorKind::NotADirectory,
+                    format!("{} is a file, not a folder", f.display()),
+                ),
+                None => e,
+            }
+        })?;
     }
     Ok(missing)
 }
 
-/// A writer that gathers what it is given and writes it whole on `close` (see
-/// [`write`]): floe streams only manifest lists this way, which are small, and a writer
-/// dropped unclosed leaves no partial file behind.
+/// A writer that streams what it is given to the file, in pieces of at least
+/// [`SPILL_BYTES`] (a whole Parquet file in memory would be up to the target file size,
+/// 512 MiB by default), and syncs it on `close` as [`write`] does. A small file is
+/// written whole on close, in one trip to the blocking pool. A writer dropped unclosed
+/// may leave a partial file at its path, which nothing references: floe names every
+/// file it writes anew.
 pub(super) fn writer(path: &str) -> Box<dyn FileWrite> {
     Box::new(LocalWriter {
         path: path.to_string(),
-        gathered: Some(Vec::new()),
+        state: Some(Streaming::default()),
     })
 }
 
+/// How much a [`LocalWriter`] gathers before it writes to the file.
+const SPILL_BYTES: usize = 4 << 20;
+
 struct LocalWriter {
     path: String,
-    /// `None` once closed.
-    gathered: Option<Vec<u8>>,
+    /// `None` once closed, or once a write to the file failed.
+    state: Option<Streaming>,
+}
+
+#[derive(Default)]
+struct Streaming {
+    /// Bytes not yet written to the file.
+    pending: Vec<u8>,
+    /// The file once opened.
+    file: Option<std::fs::File>,
+}
+
+impl Streaming {
+    /// Writes what is pending to the file (opening it first), then syncs it if `last`.
+    fn spill(mut self, at: &Path, last: bool) -> std::io::Result<Self> {
+        let mut file = match self.file.take() {
+            Some(open) => open,
+            None => create(at)?,
+        };
+        std::io::Write::write_all(&mut file, &self.pending)?;
+        self.pending.clear();
+        if last {
+            sync(&file, at)?;
+        }
+        self.file = Some(file);
+        Ok(self)
+    }
+}
+
+impl LocalWriter {
+    async fn spill(&mut self, last: bool) -> Result<()> {
+        let state = self.state.take().ok_or_else(|| closed(&self.path))?;
+        let at = os_path(&self.path);
+        let state = blocking(move || state.spill(&at, last))
+            .await
+            .map_err(|e| failed("write", &self.path, e))?;
+        if !last {
+            self.state = Some(state);
+        }
+        Ok(())
+    }
 }
 
 #[async_trait::async_trait]
 impl FileWrite for LocalWriter {
     async fn write(&mut self, bytes: Bytes) -> Result<()> {
-        match self.gathered.as_mut() {
-            Some(gathered) => {
-                gathered.extend_from_slice(&bytes);
-                Ok(())
-            }
-            None => Err(closed(&self.path)),
+        let state = self.state.as_mut().ok_or_else(|| closed(&self.path))?;
+        state.pending.extend_from_slice(&bytes);
+        if state.pending.len() >= SPILL_BYTES {
+            self.spill(false).await?;
         }
+        Ok(())
     }
 
     async fn close(&mut self) -> Result<()> {
-        match self.gathered.take() {
-            Some(gathered) => write(&self.path, Bytes::from(gathered)).await,
-            None => Err(closed(&self.path)),
-        }
+        self.spill(true).await
     }
 }
 
 fn closed(path: &str) -> Error {
     Error::new(
         ErrorKind::Unexpected,
-        format!("{path} was written to after it was closed"),
+        format!("{path} cannot be written: it was closed, or an earlier write to it failed"),
     )
 }
 
@@ -266,6 +340,7 @@ mod tests {
         let mut writer = output.writer().await.unwrap();
         writer.write(Bytes::from_static(b"stream")).await.unwrap();
         writer.write(Bytes::from_static(b"ed")).await.unwrap();
+        // Less than a piece: written whole on close, and nothing before.
         let read = io.new_input(&path).unwrap().read().await.unwrap();
         assert_eq!(read, Bytes::from_static(b"short"));
         writer.close().await.unwrap();
@@ -273,6 +348,103 @@ mod tests {
         assert_eq!(read, Bytes::from_static(b"streamed"));
         assert!(writer.write(Bytes::from_static(b"late")).await.is_err());
         assert!(writer.close().await.is_err());
+    }
+
+    /// Paths `sync` synced, for the tests (each looks only under its own folder).
+    static SYNCED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+    pub(super) fn synced(path: &Path) {
+        SYNCED.lock().unwrap().push(path.to_path_buf());
+    }
+
+    fn synced_under(dir: &Path) -> Vec<PathBuf> {
+        let synced = SYNCED.lock().unwrap();
+        synced
+            .iter()
+            .filter(|p| p.starts_with(dir))
+            .cloned()
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_write_syncs_the_file_its_folder_and_each_folder_it_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let io = super::super::build_file_io(Default::default());
+        let new = root.join("a/b/f.bin");
+        let output = io.new_output(format!("file://{}", new.display())).unwrap();
+        output.write(Bytes::from_static(b"x")).await.unwrap();
+        // The new folders' entries as they are made, then the file and its own entry.
+        let expected = [root.join("a"), root.clone(), new.clone(), root.join("a/b")];
+        assert_eq!(synced_under(&root), expected);
+        // Into a folder that exists: the file and that folder (its new entry).
+        let next = root.join("a/b/g.bin");
+        let output = io.new_output(format!("file://{}", next.display())).unwrap();
+        output.write(Bytes::from_static(b"y")).await.unwrap();
+        let synced = synced_under(&root);
+        assert_eq!(synced[expected.len()..], [next, root.join("a/b")]);
+    }
+
+    #[tokio::test]
+    async fn a_streamed_file_goes_to_disk_as_it_grows_and_is_synced_on_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let at = root.join("p/big.bin");
+        let io = super::super::build_file_io(Default::default());
+        let output = io.new_output(format!("file://{}", at.display())).unwrap();
+        let mut writer = output.writer().await.unwrap();
+        let piece = Bytes::from(vec![7u8; SPILL_BYTES / 2 + 1]);
+        for _ in 0..4 {
+            writer.write(piece.clone()).await.unwrap();
+        }
+        // All four went to the file (in two pieces) before it was closed, unsynced; the
+        // folder made for it has its entry synced already, for a writer that puts a
+        // file there and commits first.
+        let on_disk = std::fs::metadata(&at).unwrap().len() as usize;
+        assert_eq!(on_disk, 4 * piece.len());
+        assert_eq!(synced_under(&root), std::slice::from_ref(&root));
+        writer.close().await.unwrap();
+        assert_eq!(std::fs::read(&at).unwrap().len(), 4 * piece.len());
+        assert_eq!(
+            synced_under(&root),
+            [root.clone(), at.clone(), root.join("p")]
+        );
+    }
+
+    #[test]
+    fn writers_making_the_same_folders_at_once_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let threads: Vec<_> = (0..32)
+            .map(|i| {
+                let at = root.join(format!("p/q{}/r/f{i}", i % 4));
+                std::thread::spawn(move || create(&at).map(|_| ()))
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap().unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_file_where_a_folder_should_be_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocking = dir.path().join("x");
+        std::fs::write(&blocking, b"").unwrap();
+        let io = super::super::build_file_io(Default::default());
+        let path = format!("file://{}/y/f.bin", blocking.display());
+        let e = io
+            .new_output(&path)
+            .unwrap()
+            .write(Bytes::from_static(b"z"))
+            .await
+            .unwrap_err();
+        let line = crate::error::Error::from(e).to_string();
+        assert!(line.contains("is a file, not a folder"), "{line}");
+        assert!(
+            line.contains(&format!("{} is a file", blocking.display())),
+            "{line}"
+        );
     }
 
     #[tokio::test]

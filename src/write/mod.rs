@@ -8,6 +8,7 @@
 pub mod deletion_vector;
 pub mod dictionary;
 pub mod lineage;
+pub mod location;
 pub mod splice;
 #[cfg(test)]
 pub(crate) mod test_files;
@@ -25,11 +26,10 @@ use iceberg::writer::base_writer::equality_delete_writer::{
     EqualityDeleteFileWriterBuilder, EqualityDeleteWriterConfig,
 };
 use iceberg::writer::file_writer::ParquetWriterBuilder;
-use iceberg::writer::file_writer::location_generator::{
-    DefaultFileNameGenerator, DefaultLocationGenerator,
-};
+use iceberg::writer::file_writer::location_generator::DefaultFileNameGenerator;
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use location::FileLocations;
 use parquet::basic::{Compression as PqCompression, Encoding, GzipLevel, ZstdLevel};
 use parquet::file::properties::{WriterProperties, WriterVersion};
 use parquet::schema::types::ColumnPath;
@@ -217,11 +217,8 @@ fn string_column_paths(metadata: &TableMetadata) -> Vec<ColumnPath> {
     out
 }
 
-type RollingParquet = RollingFileWriterBuilder<
-    ParquetWriterBuilder,
-    DefaultLocationGenerator,
-    DefaultFileNameGenerator,
->;
+type RollingParquet =
+    RollingFileWriterBuilder<ParquetWriterBuilder, FileLocations, DefaultFileNameGenerator>;
 
 /// Parquet files of `schema` under the table's data location, rolled at the target size;
 /// `suffix` tells delete files from data files by name.
@@ -239,7 +236,7 @@ fn rolling_parquet(
 /// later (see [`DataFileSink::choose_settings`]).
 struct FilePlace {
     schema: iceberg::spec::SchemaRef,
-    location: DefaultLocationGenerator,
+    location: FileLocations,
     file_io: FileIO,
 }
 
@@ -251,7 +248,7 @@ impl FilePlace {
     ) -> Result<Self> {
         Ok(FilePlace {
             schema: schema.clone(),
-            location: DefaultLocationGenerator::new(metadata)?,
+            location: FileLocations::new(metadata),
             file_io: file_io.clone(),
         })
     }
@@ -298,12 +295,12 @@ pub async fn write_data_files(
 
 type DataWriter = iceberg::writer::base_writer::data_file_writer::DataFileWriter<
     ParquetWriterBuilder,
-    DefaultLocationGenerator,
+    FileLocations,
     DefaultFileNameGenerator,
 >;
 
 type DataWriterBuilder =
-    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+    DataFileWriterBuilder<ParquetWriterBuilder, FileLocations, DefaultFileNameGenerator>;
 
 /// Data files fed batch by batch: one rolling writer per partition of the table's default
 /// spec, opened when its first row arrives. Memory holds each open file's current row
