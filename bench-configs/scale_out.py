@@ -29,7 +29,8 @@ the cores: compare N within one run, not against another machine.
     bench-configs/scale_out.py --writers 1,2,4,8,16,32 --seconds 40 --runs 1
 
 --in-flight takes several values (4,64): each writer's max_in_flight, run side by side
-at each N like the builds of --floe.
+at each N like the builds of --floe; so does --max-snapshots (500,100), each writer's
+commit.max_snapshots (how large the metadata every commit rewrites grows).
 """
 import argparse
 import json
@@ -56,7 +57,7 @@ NAMESPACE = "scale"
 BUCKETS = [round(0.005 * 1.25 ** i, 4) for i in range(46)]
 
 
-def pipeline(s, table, writer, args, workload, port, rate, in_flight):
+def pipeline(s, table, writer, args, workload, port, rate, in_flight, max_snapshots):
     interval_ms = max(1, round(1000 * args.batch / rate))
     count = rate * args.seconds
     keyed = ""
@@ -87,6 +88,7 @@ output:
 {s.output_connection()}    namespace: {NAMESPACE}
     table: {table}
 {keyed}    commit:
+      max_snapshots: {max_snapshots}
       exactly_once:
         writer_id: w{writer}
         source: w{writer}
@@ -293,14 +295,15 @@ def unreferenced_files(s, catalog, table):
 
 
 def run(s, catalog, workload, writers, args, run_no, build, rate=None):
-    binary, in_flight = build
+    binary, in_flight, max_snapshots = build
     rate = rate or args.rate
     table = f"{workload}_n{writers}_r{run_no}_{int(time.time() * 1000)}"
     create_table(catalog, table, workload == "upsert")
     services_cpu = {name: cpu_seconds(pid) for name, pid in s.pids.items()}
     ports = free_ports(writers)
     t0 = time.monotonic()
-    procs = [Writer(binary, pipeline(s, table, w, args, workload, ports[w], rate, in_flight), ports[w])
+    procs = [Writer(binary, pipeline(s, table, w, args, workload, ports[w], rate, in_flight,
+                                             max_snapshots), ports[w])
              for w in range(writers)]
     # A build that falls behind is stopped --deadline seconds after its input ends: what
     # it committed by then counts, the rest is reported as behind.
@@ -462,6 +465,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=10, help="seconds left out at the start")
     ap.add_argument("--in-flight", default="4",
                     help="max_in_flight of each writer; several (4,64) run side by side")
+    ap.add_argument("--max-snapshots", default="500",
+                    help="each writer's commit.max_snapshots (floe's default: 500); several "
+                         "run side by side")
     ap.add_argument("--deadline", type=int, default=60,
                     help="seconds after the input ends by which a writer must be done")
     ap.add_argument("--compare", default="append",
@@ -477,12 +483,15 @@ def main():
     args = ap.parse_args()
     binaries = dict(v.split("=", 1) for v in args.floe.split(",")) if args.floe else {"floe": FLOE}
     in_flights = [int(x) for x in args.in_flight.split(",")]
-    # Every build at every max_in_flight, named by both when there are several.
+    kept = [int(x) for x in args.max_snapshots.split(",")]
+    # Every build at every max_in_flight and max_snapshots, named by each that varies.
     variants = {}
     for name, binary in binaries.items():
         for m in in_flights:
-            label = name if len(in_flights) == 1 else f"{name} mif={m}"
-            variants[label] = (binary, m)
+            for k in kept:
+                label = name + (f" mif={m}" if len(in_flights) > 1 else "") + (
+                    f" keep={k}" if len(kept) > 1 else "")
+                variants[label] = (binary, m, k)
     def builds(workload):
         every = list(variants.items())
         return every if workload in args.compare.split(",") else every[-1:]

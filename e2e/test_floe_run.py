@@ -98,12 +98,14 @@ def test_lint_and_start_up_print_the_same_problems(tmp_path):
     assert not (tmp_path / "warehouse").exists(), "nothing is created for a config with problems"
 
 
-def test_generate_100k_into_rest_catalog_on_s3(tmp_path, services):
-    out = f"""iceberg:
+def rest_s3_output(services, table: str) -> str:
+    """The start of an `iceberg` output writing `e2e.<table>` through the REST fixture to
+    SeaweedFS (the rest of the section follows it)."""
+    return f"""iceberg:
   catalog:
     url: {services['rest_url']}
   namespace: e2e
-  table: events_rest
+  table: {table}
   storage:
     aws_s3:
       bucket: {services['bucket']}
@@ -113,7 +115,11 @@ def test_generate_100k_into_rest_catalog_on_s3(tmp_path, services):
       credentials:
         id: {services['access_key']}
         secret: {services['secret_key']}
-  schema_evolution:
+"""
+
+
+def test_generate_100k_into_rest_catalog_on_s3(tmp_path, services):
+    out = rest_s3_output(services, "events_rest") + """  schema_evolution:
     enabled: true
     partition_spec: "(event_type)"
   max_in_flight: 4
@@ -148,21 +154,7 @@ def test_partition_values_with_path_characters_on_s3(tmp_path, services):
     kinds = ["../../up", "a/b", "C#", "a?b", "50%", "sp ace", "ünï", "[x]*", "plain"]
     mapping = 'root.id = count("kinds")\nroot.kind = %s.index((root.id - 1) %% %d)\n' % (
         json.dumps(kinds), len(kinds))
-    out = f"""iceberg:
-  catalog:
-    url: {services['rest_url']}
-  namespace: e2e
-  table: odd_parts
-  storage:
-    aws_s3:
-      bucket: {services['bucket']}
-      region: {services['region']}
-      endpoint: {services['s3_endpoint']}
-      force_path_style_urls: true
-      credentials:
-        id: {services['access_key']}
-        secret: {services['secret_key']}
-  schema_evolution:
+    out = rest_s3_output(services, "odd_parts") + """  schema_evolution:
     enabled: true
     partition_spec: "(kind)"
 """

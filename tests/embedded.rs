@@ -107,14 +107,7 @@ fn embedded_catalog_round_trip_with_independent_readers() {
     assert_eq!(third["st"], Value::Null);
     assert_eq!(third["tags"], json!([]));
 
-    let table = rt
-        .block_on(
-            writer
-                .catalog()
-                .load_table(&floe::catalog::table_ident("demo.events", "mixed").unwrap()),
-        )
-        .unwrap()
-        .unwrap();
+    let table = loaded(&rt, &writer, "mixed");
     let duck = read_back(
         "duckdb-file",
         json!({
@@ -161,14 +154,7 @@ fn partitioned_table_and_inferred_schema() {
             out.failures
         );
     }
-    let table = rt
-        .block_on(
-            writer
-                .catalog()
-                .load_table(&floe::catalog::table_ident("demo.events", "parted").unwrap()),
-        )
-        .unwrap()
-        .unwrap();
+    let table = loaded(&rt, &writer, "parted");
     let meta = &table.metadata;
     assert_eq!(meta.snapshots().count(), 4);
     let summary = &meta
@@ -451,14 +437,7 @@ fn partition_values_never_leave_the_tables_folder() {
         }
     }
     assert_eq!(files.len(), kinds.len());
-    let table = rt
-        .block_on(
-            writer
-                .catalog()
-                .load_table(&floe::catalog::table_ident("demo.events", "parted").unwrap()),
-        )
-        .unwrap()
-        .unwrap();
+    let table = loaded(&rt, &writer, "parted");
     let duck = read_back(
         "duckdb-file",
         json!({
@@ -479,6 +458,14 @@ fn partition_values_never_leave_the_tables_folder() {
     let mut read: Vec<Value> = py["rows"].as_array().unwrap().clone();
     read.sort_by_key(|r| r["id"].as_u64());
     assert_eq!(read, rows);
+}
+
+/// Table `name` of namespace `demo.events`, as the writer's catalog has it now.
+fn loaded(rt: &tokio::runtime::Runtime, writer: &Writer, name: &str) -> floe::catalog::LoadedTable {
+    let ident = floe::catalog::table_ident("demo.events", name).unwrap();
+    rt.block_on(writer.catalog().load_table(&ident))
+        .unwrap()
+        .unwrap()
 }
 
 /// Every file under `root`.
@@ -745,14 +732,7 @@ fn calls_sharing_a_snapshot_count_it_once() {
         }
     })));
     let counted: usize = outcomes.iter().map(|o| o.snapshots).sum();
-    let table = rt
-        .block_on(
-            writer
-                .catalog()
-                .load_table(&floe::catalog::table_ident("demo.events", "grouped").unwrap()),
-        )
-        .unwrap()
-        .unwrap();
+    let table = loaded(&rt, &writer, "grouped");
     let in_table = table.metadata.snapshots().count();
     assert!(
         in_table < 8,
@@ -944,14 +924,7 @@ fn idle_tables_close_and_reopen_with_their_exactly_once_record() {
     );
     assert_eq!(out.rows_committed, 1);
     assert_eq!(writer.open_tables(), 2);
-    let table = rt
-        .block_on(
-            writer
-                .catalog()
-                .load_table(&floe::catalog::table_ident("demo.events", "t1").unwrap()),
-        )
-        .unwrap()
-        .unwrap();
+    let table = loaded(&rt, &writer, "t1");
     let sql = "SELECT id FROM $T ORDER BY id";
     let args = json!({"metadata": table.metadata_location.unwrap(), "sql": sql});
     let ids: Vec<i64> = read_back("duckdb-file", args)["rows"]

@@ -53,17 +53,19 @@ impl CommitStage {
     }
 
     /// Snapshots and refs past their retention at `now_ms` (refs only while floe's age
-    /// limit is on).
-    pub(super) fn expired(
-        &self,
-        metadata: &iceberg::spec::TableMetadata,
-        now_ms: i64,
-    ) -> (Vec<i64>, Vec<String>) {
-        let snapshots = expired_snapshots(metadata, self.options.retention, now_ms);
+    /// limit is on), read with the table's refs as it keeps them.
+    pub(super) fn expired(&self, table: &LoadedTable, now_ms: i64) -> (Vec<i64>, Vec<String>) {
+        let metadata = &table.metadata;
+        // Nothing to expire, without reading the refs (which may copy the metadata).
+        if self.options.retention.max_age.is_zero() || metadata.snapshots().len() <= 1 {
+            return (Vec::new(), Vec::new());
+        }
+        let snapshots =
+            expired_snapshots_of(metadata, table.refs(), self.options.retention, now_ms);
         let refs = if self.options.retention.max_age.is_zero() {
             Vec::new()
         } else {
-            expired_refs(metadata, now_ms)
+            expired_refs(metadata, table.refs(), now_ms)
         };
         (snapshots, refs)
     }
@@ -80,14 +82,15 @@ impl CommitStage {
             .last_expiry
             .is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
         // Between rounds, only a table past floe's count cap by a whole round is looked at.
-        let latest = self.latest_metadata();
-        let snapshots = latest.snapshots().len();
+        let view = self.current();
+        let latest = self.base(&view);
+        let snapshots = latest.metadata.snapshots().len();
         if !stale && snapshots < self.options.retention.max_snapshots + 100 {
             return;
         }
         let now = chrono::Utc::now().timestamp_millis();
-        let (expired, refs) = self.expired(&latest, now);
-        drop(latest);
+        let (expired, refs) = self.expired(latest, now);
+        drop(view);
         if (expired.is_empty() && refs.is_empty()) || (expired.len() < 100 && !stale) {
             return;
         }
@@ -103,7 +106,7 @@ impl CommitStage {
         };
         self.publish_loaded(fresh);
         let view = self.current();
-        let (expired, refs) = self.expired(&view.table.metadata, now);
+        let (expired, refs) = self.expired(&view.table, now);
         if expired.is_empty() && refs.is_empty() {
             return;
         }

@@ -24,7 +24,9 @@ use super::{
     fail_overtaking, finish, is_overtaken, overtaken_error,
 };
 use crate::catalog::{Catalog, LoadedTable};
-use crate::commit::expire::{delete_unreachable, expired_refs, expired_snapshots, removal_request};
+use crate::commit::expire::{
+    delete_unreachable, expired_refs, expired_snapshots_of, removal_request,
+};
 use crate::commit::landed::{SentAttempt, find_landed, history_lost};
 use crate::commit::offsets::{SourceOffsets, record_snapshot_id};
 use crate::commit::snapshot::{
