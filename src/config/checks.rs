@@ -161,6 +161,24 @@ impl Config {
                  (file:///abs/path); give a relative folder as a plain path"
             ));
         }
+        // `file://data/wh`: floe would write /data/wh, but other readers take `data` for
+        // a host (Java reads /wh, pyiceberg the relative data/wh) and miss the files.
+        if let Some((host, path)) = warehouse
+            .strip_prefix("file://")
+            .and_then(|rest| rest.split_once('/').or(Some((rest, ""))))
+            .filter(|(host, _)| !host.is_empty())
+        {
+            // What was most likely meant: `localhost` is a host; another word a folder.
+            let meant = match host {
+                "localhost" => path.to_string(),
+                _ => format!("{host}/{path}"),
+            };
+            problems.push(format!(
+                "catalog.warehouse {warehouse:?}: floe's file: URLs name no host, and other \
+                 readers would take {host:?} for one: write file:///{}",
+                meant.trim_end_matches('/')
+            ));
+        }
         problems
     }
 

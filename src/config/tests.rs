@@ -54,6 +54,10 @@ fn paths_floe_would_take_otherwise_are_refused() {
         ),
         (r#"{"catalog": {"warehouse": "file:wh"}}"#, "absolute path"),
         (
+            r#"{"catalog": {"warehouse": "file://data/wh"}}"#,
+            "write file:///data/wh",
+        ),
+        (
             r#"{"storage": {"aws_s3": {"bucket": "b", "endpoint": "minio:9000"}}}"#,
             "must start with http:// or https://",
         ),
@@ -63,6 +67,15 @@ fn paths_floe_would_take_otherwise_are_refused() {
             problems.iter().any(|p| p.contains(says)),
             "{config}: {problems:?}"
         );
+    }
+    let problems = Config::problems(r#"{"catalog": {"warehouse": "file://localhost/data/wh"}}"#);
+    assert!(
+        problems.iter().any(|p| p.contains("write file:///data/wh")),
+        "{problems:?}"
+    );
+    for fine in ["file:///data/wh", "file:/data/wh", "/data/wh", "wh"] {
+        let config = format!(r#"{{"catalog": {{"warehouse": "{fine}"}}}}"#);
+        assert_eq!(Config::problems(&config), Vec::<String>::new(), "{fine}");
     }
     let problems = Config::problems(r#"{"catalog": {"url": "sqlite://admin:s3cret@db/c.db"}}"#);
     assert!(
