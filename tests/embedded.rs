@@ -400,17 +400,7 @@ fn partition_values_never_leave_the_tables_folder() {
         .enumerate()
         .map(|(i, k)| json!({"id": i, "kind": k}).to_string())
         .collect();
-    let msgs: Vec<Message> = payloads
-        .iter()
-        .map(|m| Message::insert(m.as_bytes()))
-        .collect();
-    let out = rt.block_on(writer.write_batch(&msgs)).expect("write call");
-    assert!(
-        out.failures.iter().all(Option::is_none),
-        "{:?}",
-        out.failures
-    );
-    assert_eq!(out.rows_committed, kinds.len());
+    assert_eq!(support::write_ok(&rt, &writer, &payloads), kinds.len());
     let outside: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())

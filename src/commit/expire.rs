@@ -52,15 +52,17 @@ fn property<T: std::str::FromStr>(metadata: &TableMetadata, key: &str) -> Option
 
 /// Snapshot ids that have expired at `now_ms`.
 pub fn expired_snapshots(metadata: &TableMetadata, retention: Retention, now_ms: i64) -> Vec<i64> {
-    expired_snapshots_of(metadata, table_refs(metadata).as_ref(), retention, now_ms)
+    let refs = table_refs(metadata);
+    expired_snapshots_of(metadata, || refs.as_ref(), retention, now_ms)
 }
 
-/// [`expired_snapshots`] of a table whose refs are known (`None`: unreadable). Reading
-/// them from the metadata copies all of it (see `catalog::refs`), which a writer that
-/// looked at expiry after every commit did: a twentieth of its CPU at 32 writers.
-pub fn expired_snapshots_of(
+/// [`expired_snapshots`] of a table whose refs `refs` gives (`None`: unreadable), asked
+/// only past the cheap exits. Reading them from the metadata copies all of it (see
+/// `catalog::refs`), which a writer that looked at expiry after every commit did: a
+/// twentieth of its CPU at 32 writers.
+pub fn expired_snapshots_of<'a>(
     metadata: &TableMetadata,
-    refs: Option<&Refs>,
+    refs: impl FnOnce() -> Option<&'a Refs>,
     retention: Retention,
     now_ms: i64,
 ) -> Vec<i64> {
@@ -72,7 +74,7 @@ pub fn expired_snapshots_of(
     let floe_age = retention.max_age.as_millis() as i64;
     let oldest_allowed = now_ms.saturating_sub(table_age.unwrap_or(floe_age));
     // Refs that cannot be read: expire nothing rather than a ref's head.
-    let Some(refs) = refs else {
+    let Some(refs) = refs() else {
         return Vec::new();
     };
     // Cheap exit for the common case: nothing old enough for any branch's age (its own

@@ -76,8 +76,8 @@ pub(super) async fn write(path: &str, bytes: Bytes) -> Result<()> {
 }
 
 /// A new file at `at`, with the folders it needs. Each folder made for it has its entry
-/// synced at once (deepest first, then the folder that holds the
-/// outermost): another writer may put a file in it and commit before this one closes.
+/// synced at once, deepest first: another writer may put a file in it and commit
+/// before this one closes.
 fn create(at: &Path) -> std::io::Result<std::fs::File> {
     let made = folders_made_for(at)?;
     let file = std::fs::File::create(at)?;
@@ -115,20 +115,14 @@ fn sync_folder(folder: &Path) -> std::io::Result<()> {
 /// meanwhile may count). A file where a folder should be is named as such (else the
 /// error would read "File exists", as if of `file`).
 fn folders_made_for(file: &Path) -> std::io::Result<usize> {
-    let mut missing = 0;
-    let mut innermost = None;
-    let mut folder = file.parent();
-    while let Some(f) = folder {
-        if f.as_os_str().is_empty() || f.is_dir() {
-            break;
-        }
-        innermost.get_or_insert(f);
-        missing += 1;
-        folder = f.parent();
-    }
-    if let Some(innermost) = innermost {
-        std::fs::create_dir_all(innermost).map_err(|e| {
-            match innermost.ancestors().find(|f| f.is_file()) {
+    let missing = file
+        .ancestors()
+        .skip(1)
+        .take_while(|f| !f.as_os_str().is_empty() && !f.is_dir())
+        .count();
+    if let Some(folder) = file.parent().filter(|_| missing > 0) {
+        std::fs::create_dir_all(folder).map_err(|e| {
+            match folder.ancestors().find(|f| f.is_file()) {
                 Some(f) => std::io::Error::new(
                     std::io::ErrorKind::NotADirectory,
                     format!("{} is a file, not a folder", f.display()),

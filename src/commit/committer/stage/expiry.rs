@@ -56,12 +56,8 @@ impl CommitStage {
     /// limit is on), read with the table's refs as it keeps them.
     pub(super) fn expired(&self, table: &LoadedTable, now_ms: i64) -> (Vec<i64>, Vec<String>) {
         let metadata = &table.metadata;
-        // Nothing to expire, without reading the refs (which may copy the metadata).
-        if self.options.retention.max_age.is_zero() || metadata.snapshots().len() <= 1 {
-            return (Vec::new(), Vec::new());
-        }
         let snapshots =
-            expired_snapshots_of(metadata, table.refs(), self.options.retention, now_ms);
+            expired_snapshots_of(metadata, || table.refs(), self.options.retention, now_ms);
         let refs = if self.options.retention.max_age.is_zero() {
             Vec::new()
         } else {
