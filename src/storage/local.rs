@@ -88,17 +88,20 @@ fn create(at: &Path) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Syncs `file` (at `at`), then its folder, which holds its new entry: a synced file
-/// whose folder is not may be gone after a crash, with a catalog naming it. (The
-/// folders made for it were synced when they were made, see [`create`].)
+/// Syncs `file` (at `at`), then its folder, which holds its new entry, and that
+/// folder's own: a synced file whose folder is not may be gone after a crash, with a
+/// catalog naming it. (The folders made for it were synced when they were made, see
+/// [`create`].)
 fn sync(file: &std::fs::File, at: &Path) -> std::io::Result<()> {
     file.sync_all()?;
     #[cfg(test)]
     tests::synced(at);
-    match at.parent() {
-        Some(folder) => sync_folder(folder),
-        None => Ok(()),
+    // The file's folder, and the one above: a folder another writer made an instant
+    // ago (a new partition) may not have its own entry synced yet.
+    for folder in at.ancestors().skip(1).take(2) {
+        sync_folder(folder)?;
     }
+    Ok(())
 }
 
 fn sync_folder(folder: &Path) -> std::io::Result<()> {
@@ -369,14 +372,35 @@ mod tests {
         let output = io.new_output(format!("file://{}", new.display())).unwrap();
         output.write(Bytes::from_static(b"x")).await.unwrap();
         // The new folders' entries as they are made, then the file and its own entry.
-        let expected = [root.join("a"), root.clone(), new.clone(), root.join("a/b")];
+        let expected = [
+            root.join("a"),
+            root.clone(),
+            new.clone(),
+            root.join("a/b"),
+            root.join("a"),
+        ];
         assert_eq!(synced_under(&root), expected);
         // Into a folder that exists: the file and that folder (its new entry).
         let next = root.join("a/b/g.bin");
         let output = io.new_output(format!("file://{}", next.display())).unwrap();
         output.write(Bytes::from_static(b"y")).await.unwrap();
         let synced = synced_under(&root);
-        assert_eq!(synced[expected.len()..], [next, root.join("a/b")]);
+        assert_eq!(
+            synced[expected.len()..],
+            [next, root.join("a/b"), root.join("a")]
+        );
+        // A folder another writer made and has not synced yet: its entry is too.
+        std::fs::create_dir(root.join("d")).unwrap();
+        let inside = root.join("d/x.bin");
+        let output = io
+            .new_output(format!("file://{}", inside.display()))
+            .unwrap();
+        output.write(Bytes::from_static(b"z")).await.unwrap();
+        let synced = synced_under(&root);
+        assert_eq!(
+            synced[synced.len() - 3..],
+            [inside, root.join("d"), root.clone()]
+        );
     }
 
     #[tokio::test]
@@ -399,10 +423,8 @@ mod tests {
         assert_eq!(synced_under(&root), std::slice::from_ref(&root));
         writer.close().await.unwrap();
         assert_eq!(std::fs::read(&at).unwrap().len(), 4 * piece.len());
-        assert_eq!(
-            synced_under(&root),
-            [root.clone(), at.clone(), root.join("p")]
-        );
+        let expected = [root.clone(), at.clone(), root.join("p"), root.clone()];
+        assert_eq!(synced_under(&root), expected);
     }
 
     #[test]
